@@ -1,0 +1,33 @@
+# The two commands of the README: `make demo` and `make test`. Both set up .venv on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+# torch is pinned: a CPU wheel of this release is on the machine's disk; an unpinned torch
+# would pull a multi-GB CUDA build.
+TORCH_PIN := torch==2.13.0
+
+.PHONY: venv demo test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[torch,onnx,test]" "$(TORCH_PIN)"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/opdiff demo --force
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 -q
+
+bench: $(STAMP)
+	$(PY) bench/capture_bench.py
+	$(PY) bench/compare_bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,1 @@
+"""The `opdiff` command line: thin wrappers over the library."""

@@ -1,0 +1,55 @@
+"""`opdiff` entry point: the click group, subcommand registration, and one-line user errors."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import OpdiffError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="opdiff")
+def cli() -> None:
+    """opdiff: find where and why two runs of the same model stop agreeing.
+
+    capture a golden and a target run, compare them op by op, and diagnose the culprit.
+    """
+
+
+def _register() -> None:
+    from . import inspect_cmds
+
+    inspect_cmds.register(cli)
+    for name in ("compare_cmd", "diagnose_cmd", "demo_cmd", "shell_cmd"):
+        try:
+            mod = __import__(f"opdiff.cli.{name}", fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name != f"opdiff.cli.{name}":
+                raise
+            continue
+        mod.register(cli)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; a user's mistake (OpdiffError) is one line on stderr and exit code 2."""
+    try:
+        rv = cli.main(args=argv, prog_name="opdiff", standalone_mode=False)
+        if isinstance(rv, int):
+            sys.exit(rv)
+    except OpdiffError as exc:
+        click.echo(f"opdiff: error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("opdiff: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)

@@ -1,0 +1,266 @@
+"""Streaming dump writer: records go to an append-only index, tensor data to safetensors shards.
+
+Index lines are appended only after the shard holding their data is on disk, so a run cut off
+mid-way stays readable up to its last complete record. Writing happens on one background thread
+behind a bounded queue: capture keeps running while the disk works, and memory stays bounded
+by about two shards.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import queue
+import shutil
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..errors import DumpError
+from .format import (
+    DTYPES,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    INDEX_FILE,
+    META_FILE,
+    SHARD_DIR,
+    Record,
+    part_dir,
+)
+
+DEFAULT_SHARD_BYTES = 256 << 20
+# Stats-only records are flushed in batches of this many, so an interrupted run loses few.
+DEFAULT_FLUSH_RECORDS = 512
+
+
+def prepare_run_dir(path: str | os.PathLike, overwrite: bool) -> Path:
+    """Create an empty run directory; refuse an existing non-empty one unless `overwrite`."""
+    root = Path(path)
+    if root.exists():
+        if not root.is_dir():
+            raise DumpError(f"{root}: exists and is not a directory")
+        if any(root.iterdir()):
+            if not overwrite:
+                raise DumpError(f"{root}: directory exists and is not empty (use --force / overwrite=True)")
+            if not (root / META_FILE).exists():
+                raise DumpError(f"{root}: refusing to overwrite a directory that is not an opdiff dump")
+            shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def safetensors_bytes_header(entries: list[tuple[str, str, tuple[int, ...], int]]) -> bytes:
+    """The safetensors header for (key, dtype name, shape, nbytes) entries laid out in order."""
+    header: dict[str, Any] = {"__metadata__": {"format": FORMAT_NAME}}
+    offset = 0
+    for key, dtype, shape, nbytes in entries:
+        header[key] = {"dtype": DTYPES[dtype][1], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # safetensors aligns the data start to 8 bytes
+    return len(raw).to_bytes(8, "little") + raw
+
+
+def write_safetensors(path: Path, items: list[tuple[str, str, np.ndarray]]) -> None:
+    """Write (key, dtype name, array) items as one safetensors file, streaming each array.
+
+    Written by hand because safetensors' numpy API cannot store bf16/fp8 arrays; the files are
+    plain safetensors and load with `safetensors.safe_open` in any framework.
+    """
+    arrays = [np.ascontiguousarray(a) for _, _, a in items]
+    entries = [(k, d, tuple(a.shape), a.nbytes) for (k, d, _), a in zip(items, arrays)]
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        f.write(safetensors_bytes_header(entries))
+        for a in arrays:
+            if a.nbytes:
+                f.write(memoryview(a.reshape(-1).view(np.uint8)))
+    os.replace(tmp, path)
+
+
+class _PartWriter:
+    """Writes one (rank, step) part: its index and shards, on the caller's writer thread."""
+
+    def __init__(self, root: Path, rank: int, step: int):
+        self.dir = root / part_dir(rank, step)
+        (self.dir / SHARD_DIR).mkdir(parents=True, exist_ok=True)
+        self.index = open(self.dir / INDEX_FILE, "a", encoding="utf-8")
+        self.n_shards = 0
+
+    def flush(self, batch: list[tuple[Record, np.ndarray | None]]) -> None:
+        items = [(rec, arr) for rec, arr in batch if arr is not None]
+        if items:
+            rel = f"{SHARD_DIR}/{self.n_shards:06d}.safetensors"
+            self.n_shards += 1
+            for rec, _ in items:
+                rec.data = {"file": rel, "key": rec.name}
+            write_safetensors(self.dir / rel, [(rec.name, rec.dtype, arr) for rec, arr in items])
+        self.index.write("".join(json.dumps(rec.to_json(), separators=(",", ":")) + "\n" for rec, _ in batch))
+        self.index.flush()
+
+    def close(self) -> None:
+        self.index.close()
+
+
+class DumpWriter:
+    """Write a run: `meta.json`, then records per (rank, step) in execution order.
+
+    Usage: ``w = DumpWriter(path, meta); w.begin(rank, step); w.add(record, array); ...; w.close()``.
+    `array` is a numpy array (ml_dtypes for bf16/fp8) already detached from the framework, or None
+    for a stats/hash-only record. The writer owns the array from then on.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        meta: dict[str, Any] | None = None,
+        *,
+        overwrite: bool = False,
+        shard_bytes: int = DEFAULT_SHARD_BYTES,
+        flush_records: int = DEFAULT_FLUSH_RECORDS,
+    ):
+        self.root = prepare_run_dir(path, overwrite)
+        self.shard_bytes = shard_bytes
+        self.flush_records = flush_records
+        self.meta = base_meta() | (meta or {})
+        self.meta["complete"] = False
+        self.meta["parts"] = []
+        self._write_meta()
+        self._part: _PartWriter | None = None
+        self._batch: list[tuple[Record, np.ndarray | None]] = []
+        self._batch_bytes = 0
+        self._next_index = 0
+        self._names: set[str] = set()
+        self._queue: queue.Queue = queue.Queue(maxsize=2)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="opdiff-writer", daemon=True)
+        self._thread.start()
+        self.records_written = 0
+        self.bytes_written = 0
+
+    # -- writer thread -------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                fn, args = job
+                if self._error is None:
+                    fn(*args)
+            except BaseException as exc:  # kept and re-raised on the capturing thread
+                self._error = exc
+            finally:
+                self._queue.task_done()
+
+    def _submit(self, fn, *args) -> None:
+        self._raise_pending()
+        self._queue.put((fn, args))
+
+    def _raise_pending(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise DumpError(f"{self.root}: writing the dump failed: {err}") from err
+
+    # -- public API ------------------------------------------------------------------------
+    def begin(self, rank: int, step: int) -> None:
+        """Start the part for (rank, step); ends the previous one."""
+        self._end_part()
+        part = {"rank": int(rank), "step": int(step), "dir": part_dir(rank, step)}
+        self.meta["parts"].append(part)
+        self._write_meta()
+        self._part = _PartWriter(self.root, rank, step)
+        self._next_index = 0
+        self._names = set()
+
+    def next_index(self) -> int:
+        return self._next_index
+
+    def add(self, record: Record, array: np.ndarray | None = None) -> Record:
+        """Queue one record (and its data) in execution order; assigns `record.index`."""
+        if self._part is None:
+            self.begin(0, 0)
+        if record.name in self._names:
+            raise ValueError(f"duplicate record name {record.name!r}")
+        self._names.add(record.name)
+        record.index = self._next_index
+        self._next_index += 1
+        self._batch.append((record, array))
+        if array is not None:
+            self._batch_bytes += array.nbytes
+            self.bytes_written += array.nbytes
+        self.records_written += 1
+        if self._batch_bytes >= self.shard_bytes or len(self._batch) >= self.flush_records:
+            self.flush()
+        return record
+
+    def flush(self) -> None:
+        """Hand the pending batch to the writer thread."""
+        if self._batch and self._part is not None:
+            self._submit(self._part.flush, self._batch)
+            self._batch, self._batch_bytes = [], 0
+
+    def wait(self) -> None:
+        """Block until everything queued is on disk."""
+        self.flush()
+        self._queue.join()
+        self._raise_pending()
+
+    def _end_part(self) -> None:
+        if self._part is not None:
+            self.flush()
+            self._submit(self._part.close)
+            self._part = None
+
+    def update_meta(self, **fields: Any) -> None:
+        self.meta.update(fields)
+        self._write_meta()
+
+    def close(self, complete: bool = True) -> None:
+        """Finish writing; `complete=False` records that the run stopped early (e.g. it raised)."""
+        try:
+            self._end_part()
+            self._queue.join()
+        finally:
+            self._queue.put(None)
+            self._thread.join()
+        self.meta["complete"] = complete
+        self.meta["finished"] = _now()
+        self._write_meta()
+        self._raise_pending()
+
+    def _write_meta(self) -> None:
+        tmp = self.root / (META_FILE + ".tmp")
+        tmp.write_text(json.dumps(self.meta, indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, self.root / META_FILE)
+
+    def __enter__(self) -> "DumpWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(complete=exc_type is None)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def base_meta() -> dict[str, Any]:
+    """The fields every run's meta.json carries, whatever captured it."""
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "opdiff_version": __version__,
+        "created": _now(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "command": " ".join(sys.argv),
+    }
