@@ -43,6 +43,8 @@ class PairResult:
     result: str = NA  # PASS | WARNING | FAIL | N/A
     bitwise_equal: bool | None = None
     err_message: str = ""
+    note: str = ""  # how the pair was made when not by equal names (mapping rule, fusion, cut-off dump)
+    golden_group: list[Record] = field(default_factory=list)  # fusion: all golden records the target op stands for
 
     @property
     def name(self) -> str:

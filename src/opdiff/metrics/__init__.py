@@ -1,0 +1,16 @@
+"""Metrics of a golden/target tensor pair: real data, statistics or hashes, and their verdict.
+
+numpy + ml_dtypes + numba only (docs/metrics.md).
+"""
+
+from .hash_mode import hash_equal, hash_metrics
+from .stats_mode import stats_metrics
+from .tensor import ERR_MESSAGE, TensorDataError, TensorSource, Workspace, pair_metrics, tensor_metrics
+from .thresholds import ROUNDING_UNIT, Thresholds, dtype_class, load_thresholds, preset
+from .verdict import verdict
+
+__all__ = [
+    "ERR_MESSAGE", "ROUNDING_UNIT", "TensorDataError", "TensorSource", "Thresholds", "Workspace", "dtype_class",
+    "hash_equal", "hash_metrics", "load_thresholds", "pair_metrics", "preset", "stats_metrics", "tensor_metrics",
+    "verdict",
+]

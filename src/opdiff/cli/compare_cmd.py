@@ -1,0 +1,106 @@
+"""`opdiff compare GOLDEN TARGET -o OUT`: the thin CLI over opdiff.compare and opdiff.report.
+
+Exit status: 0 everything passes, 1 something fails (a FAIL, a shape/dtype mismatch, unreadable
+data, or an unmatched record unless --allow-unmatched), 2 bad input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import DumpError, OpdiffError
+from ..store.reader import Dump, load
+
+FORMATS = ("csv", "xlsx", "json")
+REPORT_STEM = "compare"
+
+
+def _formats(text: str) -> list[str]:
+    fmts = [f.strip().lower() for f in text.split(",") if f.strip()]
+    bad = [f for f in fmts if f not in FORMATS]
+    if bad or not fmts:
+        raise OpdiffError(f"--format: unknown format(s) {', '.join(bad) or '(none)'} (choose from {', '.join(FORMATS)})")
+    return list(dict.fromkeys(fmts))
+
+
+def _open(path: str, rank: int | None, step: int | None, allow_partial: bool) -> Dump:
+    d = load(path, rank=rank, step=step)
+    if not d.complete and not allow_partial:
+        why = d.problems[0] if d.problems else f"{d.root}: capture did not finish"
+        raise DumpError(f"{why} — the dump is incomplete; use --allow-partial to compare up to where it stops")
+    return d
+
+
+def _prepare_out(out: Path, force: bool) -> None:
+    if out.exists():
+        if not out.is_dir():
+            raise OpdiffError(f"{out}: exists and is not a directory")
+        if any(out.iterdir()) and not force:
+            raise OpdiffError(f"{out}: output directory exists and is not empty (use --force to write into it)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OpdiffError(f"{out}: cannot create output directory: {exc.strerror or exc}") from None
+
+
+@click.command("compare")
+@click.argument("golden", type=click.Path())
+@click.argument("target", type=click.Path())
+@click.option("-o", "--out", "out", required=True, type=click.Path(), help="Output directory for the reports.")
+@click.option("--mode", type=click.Choice(["auto", "tensor", "stats", "hash"]), default="auto", show_default=True,
+              help="What to compare: real data, statistics or content hashes (auto: the richest both dumps have).")
+@click.option("--map", "map_file", type=click.Path(), help="Mapping file (YAML/JSON): exact names, regex renames, fusions.")
+@click.option("--thresholds", "thresholds_file", type=click.Path(), help="Verdict rules file (YAML/JSON).")
+@click.option("--preset", default="default", show_default=True,
+              help="Verdict rule preset: default, msprobe-torchair, msaccucmp, bitwise.")
+@click.option("--pass-if", "pass_if", multiple=True, metavar="EXPR",
+              help="PASS condition replacing the preset's tensor rules, e.g. 'Cosine>=0.999' (repeatable).")
+@click.option("--warn-if", "warn_if", multiple=True, metavar="EXPR",
+              help="WARNING condition used with --pass-if (repeatable; without it: not PASS is FAIL).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel workers (default: all cores).")
+@click.option("--rank", type=int, default=None, help="Rank to compare (default: the first).")
+@click.option("--step", type=int, default=None, help="Step to compare (default: the first).")
+@click.option("--allow-partial", is_flag=True, help="Compare an incomplete (cut-off) dump up to where it stops.")
+@click.option("--allow-unmatched", is_flag=True, help="Records without a counterpart do not fail the comparison.")
+@click.option("--force", is_flag=True, help="Write into an existing non-empty output directory.")
+@click.option("--format", "formats", default="csv,xlsx,json", show_default=True, help="Report formats, comma-separated.")
+@click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Worst pairs to print.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pass_if, warn_if, workers, rank, step,
+                allow_partial, allow_unmatched, force, formats, top, no_progress):
+    """Compare every tensor of TARGET with its counterpart in GOLDEN and write reports to OUT.
+
+    Exits 0 when everything passes, 1 when something fails, 2 on bad input.
+    """
+    from ..compare.run import compare
+    from ..match.mapping import load_mapping
+    from ..metrics.thresholds import load_thresholds, parse_expr
+    from ..metrics.thresholds import preset as get_preset
+    from ..metrics.thresholds import with_rules
+    from ..report import WRITERS, print_summary
+
+    fmts = _formats(formats)
+    th = load_thresholds(thresholds_file, base=preset) if thresholds_file else get_preset(preset)
+    if warn_if and not pass_if:
+        raise OpdiffError("--warn-if needs --pass-if")
+    if pass_if:
+        th = with_rules(th, [parse_expr(e) for e in pass_if], [parse_expr(e) for e in warn_if])
+    mapping = load_mapping(map_file) if map_file else None
+    g = _open(golden, rank, step, allow_partial)
+    t = _open(target, rank, step, allow_partial)
+    out_dir = Path(out)
+    _prepare_out(out_dir, force)
+    cmp = compare(g, t, mapping=mapping, mode=mode, thresholds=th, workers=workers, progress=not no_progress)
+    written = []
+    for f in fmts:
+        path = out_dir / f"{REPORT_STEM}.{f}"
+        WRITERS[f](cmp, path)
+        written.append(str(path))
+    print_summary(cmp, top=top, outputs=written, allow_unmatched=allow_unmatched)
+    return 0 if cmp.passed(allow_unmatched) else 1
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(compare_cmd)

@@ -1,0 +1,367 @@
+"""compare(): align two dumps, compute every pair's metrics in parallel, give each a verdict.
+
+Pairs run on a thread pool (the numba kernels release the GIL); tensors are read from the shards
+in chunks, so memory stays bounded whatever the dump size. Shard-level damage (a truncated or
+unreadable shard) is a DumpError; a single bad tensor makes only its pair N/A (status "error").
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import DumpError
+from ..match.align import Pair, align
+from ..match.mapping import Mapping, load_mapping
+from ..metrics import names as M
+from ..metrics.hash_mode import hash_equal, hash_metrics
+from ..metrics.stats_mode import stats_metrics
+from ..metrics.tensor import ERR_MESSAGE, TensorDataError, TensorSource, Workspace, pair_metrics
+from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, preset
+from ..metrics.verdict import verdict
+from ..store.format import Record
+from ..store.reader import Dump, load
+from .result import (
+    FAIL,
+    MATCH_FUSION,
+    NA,
+    PASS,
+    STATUS_COMPARED,
+    STATUS_DTYPE_MISMATCH,
+    STATUS_ERROR,
+    STATUS_SHAPE_MISMATCH,
+    STATUS_UNMATCHED,
+    WARNING,
+    PairResult,
+)
+
+MODES = ("auto", "tensor", "stats", "hash")
+CUT_OFF_NOTE = "beyond the end of the cut-off"
+_SEVERITY = {FAIL: 3, WARNING: 2, NA: 1, PASS: 0}
+_BATCH_BYTES = 32 << 20
+_BATCH_PAIRS = 256
+
+
+@dataclass
+class Comparison:
+    """Every pair of a comparison, in the target's execution order, and how it was made."""
+
+    golden: Dump
+    target: Dump
+    mode: str  # the mode asked for ("auto" resolved to the richest both dumps allow)
+    results: list[PairResult]
+    thresholds: Thresholds
+    mapping: Mapping | None = None
+    elapsed: float = 0.0  # seconds spent in compare()
+    tensor_bytes: int = 0  # bytes of tensor data read, both sides together
+    workers: int = 1
+
+    def counts(self) -> dict[str, int]:
+        """Number of pairs per result: PASS, WARNING, FAIL, N/A."""
+        out = {PASS: 0, WARNING: 0, FAIL: 0, NA: 0}
+        for r in self.results:
+            out[r.result] = out.get(r.result, 0) + 1
+        return out
+
+    def status_counts(self) -> dict[str, int]:
+        """Number of pairs per status: compared, unmatched, shape-mismatch, dtype-mismatch, error."""
+        out: dict[str, int] = {}
+        for r in self.results:
+            out[r.status] = out.get(r.status, 0) + 1
+        return out
+
+    def first_fail(self) -> PairResult | None:
+        """The first FAIL in execution order (where the target first goes wrong, by the rules)."""
+        return next((r for r in self.results if r.result == FAIL), None)
+
+    def worst(self, n: int = 10) -> list[PairResult]:
+        """The n worst compared pairs: FAIL before WARNING, then by relative error."""
+        scored = [r for r in self.results if r.status == STATUS_COMPARED and r.result != PASS]
+        scored.sort(key=lambda r: (-_SEVERITY.get(r.result, 0), -badness(r)))
+        return scored[:n]
+
+    def passed(self, allow_unmatched: bool = False) -> bool:
+        """True when nothing FAILs, no pair is a shape/dtype mismatch or unreadable, and (unless allowed)
+        every record has a counterpart. Records past the end of a cut-off dump never count."""
+        for r in self.results:
+            if r.result == FAIL or r.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR):
+                return False
+        return allow_unmatched or not (self.unmatched("golden") or self.unmatched("target"))
+
+    def unmatched(self, side: str) -> list[Record]:
+        """Records of one side ("golden" or "target") that have no counterpart."""
+        other = "target" if side == "golden" else "golden"
+        return [getattr(r, side) for r in self.results
+                if r.status == STATUS_UNMATCHED and getattr(r, other) is None and getattr(r, side) is not None
+                and r.match != MATCH_FUSION and not r.note.startswith(CUT_OFF_NOTE)]
+
+
+def badness(r: PairResult) -> float:
+    """One number to rank pairs by: relative L2 error (1 - cosine, or 1.0 for hash mismatch, as fallback)."""
+    m = r.metrics
+    for key in (M.RED, M.NORM_REL_DIFF):
+        v = m.get(key)
+        if isinstance(v, (int, float)):
+            return float(v)
+    cos = m.get(M.COSINE)
+    if isinstance(cos, (int, float)):
+        return 1.0 - float(cos)
+    return 1.0 if m.get(M.NONFINITE_MISMATCH) or m.get(M.HASH_EQUAL) is False else 0.0
+
+
+def _pair_mode(mode: str, g: Record, t: Record) -> tuple[str | None, str]:
+    """The mode a pair is compared in, or (None, why not)."""
+    have = {
+        "tensor": g.data is not None and t.data is not None,
+        "stats": g.stats is not None and t.stats is not None,
+        "hash": bool(g.hash) and bool(t.hash),
+    }
+    if mode == "auto":
+        for m in ("tensor", "stats", "hash"):
+            if have[m]:
+                return m, ""
+        return None, "the two records hold nothing in common to compare (no data, stats or hash on both sides)"
+    if have[mode]:
+        return mode, ""
+    missing = "golden" if mode == "tensor" and g.data is None or mode == "stats" and g.stats is None \
+        or mode == "hash" and not g.hash else "target"
+    return None, f"{mode} mode: the {missing} record has no {'tensor data' if mode == 'tensor' else mode}"
+
+
+def _source(dump: Dump, rec: Record) -> TensorSource:
+    """Where a record's data lies in its shard, checked against the record."""
+    assert rec.data is not None
+    h = dump.header(rec.data["file"])
+    entry = h.entries.get(rec.data["key"])
+    if entry is None:
+        raise TensorDataError(f"{h.path}: shard has no tensor {rec.data['key']!r}")
+    dtype, shape, start, end = entry
+    if dtype != rec.dtype or tuple(shape) != tuple(rec.shape):
+        raise TensorDataError(f"{h.path}: tensor {rec.data['key']!r} is {dtype}{list(shape)} in the shard but "
+                              f"{rec.dtype}{list(rec.shape)} in the index")
+    return TensorSource(dtype=dtype, shape=tuple(shape), path=h.path, offset=start, hash=rec.hash, label=rec.name)
+
+
+def _range(rec: Record) -> tuple[float | None, float | None, float] | None:
+    """(min, max, shift) from the record's statistics, so the kernel needs no extra pass."""
+    s = rec.stats
+    if s is None or (rec.numel and s.min is None and not (s.nan or s.posinf or s.neginf)):
+        return None
+    return s.min, s.max, s.mean if s.mean is not None else 0.0
+
+
+def _result(pair: Pair, status: str, mode: str, metrics: dict[str, Any] | None = None, result: str = NA,
+            bitwise: bool | None = None, err: str = "") -> PairResult:
+    return PairResult(index=0, golden=pair.golden, target=pair.target, match=pair.match, status=status, mode=mode,
+                      metrics=metrics or {}, result=result, bitwise_equal=bitwise, err_message=err,
+                      note=pair.note, golden_group=list(pair.golden_group))
+
+
+def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "auto",
+                 thresholds: Thresholds | None = None, ws: Workspace | None = None) -> PairResult:
+    """Compare one aligned pair; never raises on bad data (the pair becomes N/A with the reason)."""
+    thresholds = thresholds or preset("default")
+    g, t = pair.golden, pair.target
+    if g is None or t is None:
+        side = "golden" if g is None else "target"
+        why = pair.note or f"no {side} counterpart"
+        return _result(pair, STATUS_UNMATCHED, mode, err=why)
+    pmode, why = _pair_mode(mode, g, t)
+    if pmode is None:
+        return _result(pair, STATUS_ERROR, mode, err=why)
+    if tuple(g.shape) != tuple(t.shape):
+        return _result(pair, STATUS_SHAPE_MISMATCH, pmode,
+                       err=f"shape mismatch: golden {list(g.shape)} vs target {list(t.shape)}")
+    if pmode == "hash":
+        if g.dtype != t.dtype:
+            return _result(pair, STATUS_DTYPE_MISMATCH, pmode,
+                           err=f"dtype mismatch in hash mode: golden {g.dtype} vs target {t.dtype} cannot be equal")
+        metrics = hash_metrics(g, t)
+    elif pmode == "stats":
+        metrics = stats_metrics(g.stats, t.stats)
+    else:
+        try:
+            metrics = pair_metrics(_source(golden_dump, g), _source(target_dump, t), ws,
+                                   golden_range=_range(g), target_range=_range(t))
+        except (TensorDataError, DumpError) as exc:
+            return _result(pair, STATUS_ERROR, pmode, err=f"data unreadable: {exc}")
+    msgs = [metrics.pop(ERR_MESSAGE, "")]
+    result, reason = verdict(metrics, g.dtype, t.dtype, pmode, thresholds)
+    msgs.append(reason)
+    bitwise = hash_equal(g, t)
+    if bitwise is None and pmode == "tensor":
+        bitwise = g.dtype == t.dtype and metrics.get(M.DIFF_COUNT) == 0
+    return _result(pair, STATUS_COMPARED, pmode, metrics, result, bitwise, "; ".join(m for m in msgs if m))
+
+
+def _dump_mode(golden: Dump, target: Dump) -> str:
+    """The richest mode both dumps allow, judged by their records."""
+    for mode, has in (("tensor", lambda r: r.data is not None), ("stats", lambda r: r.stats is not None),
+                      ("hash", lambda r: bool(r.hash))):
+        if any(map(has, golden.records)) and any(map(has, target.records)):
+            return mode
+    return "hash"
+
+
+def check_shards(dump: Dump) -> None:
+    """Every shard the index refers to exists, has a sound header and holds all its bytes (else DumpError)."""
+    files = {r.data["file"] for r in dump.records if r.data is not None}
+    for rel in sorted(files):
+        h = dump.header(rel)
+        end = max((e[3] for e in h.entries.values()), default=0)
+        if end > h.size:
+            raise DumpError(f"{h.path}: truncated shard ({h.size} bytes, its header needs {end})")
+
+
+def _as_dump(d: Dump | str | os.PathLike) -> Dump:
+    return d if isinstance(d, Dump) else load(d)
+
+
+def _nbytes(r: Record) -> int:
+    from ..store.format import numpy_dtype
+
+    return r.numel * numpy_dtype(r.dtype).itemsize if r.data is not None else 0
+
+
+def _batches(items: list[tuple[int, int]]) -> list[list[int]]:
+    """Group (position, bytes) work items, biggest first, into batches of similar cost."""
+    items = sorted(items, key=lambda x: -x[1])
+    out: list[list[int]] = []
+    cur: list[int] = []
+    size = 0
+    for pos, nb in items:
+        cur.append(pos)
+        size += nb
+        if size >= _BATCH_BYTES or len(cur) >= _BATCH_PAIRS:
+            out.append(cur)
+            cur, size = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _mark_cut_off(results: list[PairResult], golden: Dump, target: Dump) -> None:
+    """Unmatched records past the end of a cut-off dump are expected: say so."""
+    for side, other, dump in (("golden", "target", target), ("target", "golden", golden)):
+        if dump.complete:
+            continue
+        last = max((i for i, r in enumerate(results) if r.golden is not None and r.target is not None), default=-1)
+        for r in results[last + 1:]:
+            if r.status == STATUS_UNMATCHED and getattr(r, other) is None:
+                r.note = r.note or f"{CUT_OFF_NOTE} {other} dump"
+
+
+def compare(
+    golden: Dump | str | os.PathLike,
+    target: Dump | str | os.PathLike,
+    *,
+    mapping: Mapping | str | os.PathLike | None = None,
+    mode: str = "auto",
+    thresholds: Thresholds | str | None = None,
+    workers: int | None = None,
+    progress: bool | Callable[[int, int], None] = False,
+) -> Comparison:
+    """Compare every record of `target` with its `golden` counterpart (docs/compare.md).
+
+    `thresholds`: a Thresholds, a preset name or a YAML/JSON file path (default: the "default"
+    preset). `progress`: True for a progress bar on stderr, or a callback(done_bytes, total_bytes).
+    """
+    t0 = time.perf_counter()
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    golden, target = _as_dump(golden), _as_dump(target)
+    if isinstance(mapping, (str, os.PathLike)):
+        mapping = load_mapping(mapping)
+    if thresholds is None:
+        thresholds = preset("default")
+    elif isinstance(thresholds, str) and not Path(thresholds).suffix:
+        thresholds = preset(thresholds)
+    elif isinstance(thresholds, (str, os.PathLike)):
+        thresholds = load_thresholds(thresholds)
+    if mode in ("auto", "tensor"):
+        check_shards(golden)
+        check_shards(target)
+    pairs = align(golden, target, mapping)
+    results: list[PairResult | None] = [None] * len(pairs)
+    work: list[tuple[int, int]] = []
+    for i, p in enumerate(pairs):
+        g, t = p.golden, p.target
+        if g is not None and t is not None and _pair_mode(mode, g, t)[0] == "tensor" and tuple(g.shape) == tuple(t.shape):
+            work.append((i, _nbytes(g) + _nbytes(t)))
+        else:
+            results[i] = compare_pair(golden, target, p, mode, thresholds)
+    workers = max(1, workers or default_workers())
+    total = sum(nb for _, nb in work)
+    done = 0
+    report = _progress(progress, total)
+    local = threading.local()
+
+    def run(batch: list[int]) -> list[tuple[int, PairResult]]:
+        ws = getattr(local, "ws", None)
+        if ws is None:
+            ws = local.ws = Workspace()
+        return [(i, compare_pair(golden, target, pairs[i], mode, thresholds, ws)) for i in batch]
+
+    sizes = dict(work)
+    batches = _batches(work)
+    try:
+        if workers == 1 or len(batches) <= 1:
+            for b in batches:
+                for i, r in run(b):
+                    results[i] = r
+                done += sum(sizes[i] for i in b)
+                report(done)
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="opdiff-compare") as ex:
+                futures = {ex.submit(run, b): b for b in batches}
+                for fut in as_completed(futures):
+                    for i, r in fut.result():
+                        results[i] = r
+                    done += sum(sizes[i] for i in futures[fut])
+                    report(done)
+    finally:
+        report(None)
+    final: list[PairResult] = []
+    for i, r in enumerate(results):
+        assert r is not None
+        r.index = i
+        final.append(r)
+    _mark_cut_off(final, golden, target)
+    return Comparison(golden=golden, target=target, mode=_dump_mode(golden, target) if mode == "auto" else mode,
+                      results=final, thresholds=thresholds, mapping=mapping, elapsed=time.perf_counter() - t0,
+                      tensor_bytes=total, workers=workers)
+
+
+def _progress(progress: bool | Callable[[int, int], None], total: int) -> Callable[[int | None], None]:
+    """A done-bytes callback: a rich bar on stderr, the caller's callback, or nothing."""
+    if callable(progress):
+        return lambda done: None if done is None else progress(done, total)
+    if not progress or total < (256 << 20):
+        return lambda done: None
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    bar = Progress("compare", BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = bar.add_task("compare", total=total)
+    bar.start()
+
+    def update(done: int | None) -> None:
+        if done is None:
+            bar.stop()
+        else:
+            bar.update(task, completed=done)
+
+    return update

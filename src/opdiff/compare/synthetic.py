@@ -1,0 +1,52 @@
+"""Write dumps straight from numpy arrays: for tests, benchmarks and examples (no framework needed)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..store.format import Record, dtype_name, node_name, record_name
+from ..store.stats import content_hash, tensor_stats
+from ..store.writer import DumpWriter
+
+
+@dataclass
+class Tensor:
+    """One tensor to write: where it ran and its value."""
+
+    module: str
+    op: str
+    role: str
+    pos: str
+    array: np.ndarray
+    call: int = 0
+    direction: str = "forward"
+    extra: dict[str, Any] | None = None
+
+
+def make_record(t: Tensor, level: str = "module", with_hash: bool = True) -> Record:
+    """The Record a capture would write for `t` (statistics and content hash included)."""
+    arr = np.asarray(t.array)
+    node = node_name(t.module, t.op, t.call)
+    dt = dtype_name(arr.dtype)
+    return Record(
+        index=0, name=record_name(node, t.direction, t.role, t.pos), node=node, module=t.module, op=t.op,
+        level=level, call=t.call, direction=t.direction, role=t.role, pos=t.pos, dtype=dt, shape=tuple(arr.shape),
+        stats=tensor_stats(arr), hash=content_hash(arr, dt, tuple(arr.shape)) if with_hash else None,
+        extra=dict(t.extra or {}),
+    )
+
+
+def write_dump(path: str | os.PathLike, tensors: Iterable[Tensor], *, mode: str = "tensor", complete: bool = True,
+               overwrite: bool = False, shard_bytes: int | None = None, meta: dict[str, Any] | None = None) -> None:
+    """Write `tensors` in order as one run (rank 0, step 0); mode "stats"/"hash" keeps no data."""
+    kw = {"shard_bytes": shard_bytes} if shard_bytes else {}
+    w = DumpWriter(path, {"framework": "numpy", "mode": mode, **(meta or {})}, overwrite=overwrite, **kw)
+    w.begin(0, 0)
+    for t in tensors:
+        rec = make_record(t, with_hash=mode != "stats")
+        w.add(rec, np.ascontiguousarray(t.array) if mode == "tensor" else None)
+    w.close(complete=complete)

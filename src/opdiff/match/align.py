@@ -1,0 +1,206 @@
+"""Pair the records of two dumps: mapping file, fusions, names, then sequence alignment.
+
+Order of the passes (each only sees records no earlier pass paired):
+1. the mapping file's exact names (record or node names),
+2. fusions: one target op standing for several golden ops (mapping file, or the capture's
+   `extra["fused_from"]` provenance): its outputs pair with the last golden op's outputs, its
+   inputs with the first one's inputs,
+3. the mapping file's regex renames of target names,
+4. equal record names,
+5. sequence alignment of what is left between consecutive paired records, on
+   (direction, module, op, role, pos), then (direction, op, role, pos, shape) for renamed modules,
+   then (direction, module, role, pos, shape) for renamed ops. Keys must be equal, so unrelated
+   tensors are never paired; what stays unpaired is reported on its side.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+
+from ..compare.result import MATCH_FUSION, MATCH_MAPPING, MATCH_NAME, MATCH_SEQUENCE, UNMATCHED
+from ..store.format import Record
+from ..store.reader import Dump
+from .lcs import lcs, longest_increasing
+from .mapping import Mapping
+
+PROVENANCE_KEY = "fused_from"  # Record.extra key a capture may set: the golden node names a fused op replaces
+
+
+@dataclass
+class Pair:
+    """A golden record and its target counterpart; one side is None when it has none."""
+
+    golden: Record | None
+    target: Record | None
+    match: str
+    golden_group: list[Record] = field(default_factory=list)  # fusion: every golden record the target op stands for
+    note: str = ""  # how the pair was made, when it is not obvious (mapping rule, fusion)
+
+
+def _slot(r: Record) -> tuple[str, str, str]:
+    return (r.direction, r.role, r.pos)
+
+
+class _Aligner:
+    def __init__(self, golden: list[Record], target: list[Record], mapping: Mapping | None):
+        self.G, self.T, self.map = golden, target, mapping
+        self.t_of_g = [-1] * len(golden)
+        self.g_of_t = [-1] * len(target)
+        self.kind: list[str] = [UNMATCHED] * len(target)
+        self.note: dict[int, str] = {}  # target pos -> note
+        self.group: dict[int, list[Record]] = {}  # target pos -> fusion group
+        self.fused_away: dict[int, str] = {}  # golden pos -> the target node it was fused into
+        self.g_name = {r.name: i for i, r in enumerate(golden)}
+        self.g_node = _nodes(golden)
+        self.t_node = _nodes(target)
+
+    def pair(self, gi: int, ti: int, kind: str, note: str = "") -> bool:
+        if self.t_of_g[gi] >= 0 or self.g_of_t[ti] >= 0:
+            return False
+        self.t_of_g[gi], self.g_of_t[ti], self.kind[ti] = ti, gi, kind
+        if note:
+            self.note[ti] = note
+        return True
+
+    def pair_nodes(self, g_pos: list[int], t_pos: list[int], kind: str, note: str) -> None:
+        by_slot = {_slot(self.G[i]): i for i in g_pos}
+        for ti in t_pos:
+            gi = by_slot.get(_slot(self.T[ti]))
+            if gi is not None:
+                self.pair(gi, ti, kind, note)
+
+    # 1. exact names from the mapping file
+    def mapped_names(self) -> None:
+        t_name = {r.name: i for i, r in enumerate(self.T)}
+        for tn, gn in self.map.names.items():
+            if tn in self.t_node and gn in self.g_node:
+                self.pair_nodes(self.g_node[gn], self.t_node[tn], MATCH_MAPPING, f"mapping: {tn} -> {gn}")
+            elif tn in t_name and gn in self.g_name:
+                self.pair(self.g_name[gn], t_name[tn], MATCH_MAPPING, f"mapping: {tn} -> {gn}")
+
+    # 2. fusions
+    def fusions(self) -> None:
+        for node, t_pos in self.t_node.items():
+            wanted = self.map.fusion_of(node) if self.map else None
+            if wanted is None:
+                wanted = self.T[t_pos[0]].extra.get(PROVENANCE_KEY)
+            if not wanted:
+                continue
+            present = [n for n in wanted if n in self.g_node]
+            if not present:
+                continue
+            group_pos = sorted(i for n in present for i in self.g_node[n])
+            first, last = self.g_node[present[0]], self.g_node[present[-1]]
+            note = f"fusion: {node} stands for {', '.join(present)}"
+            for ti in t_pos:
+                r = self.T[ti]
+                cands = last if r.role == "output" else first if r.role == "input" else group_pos
+                gi = self._fusion_partner(r, cands)
+                if gi is not None and self.pair(gi, ti, MATCH_FUSION, note):
+                    self.group[ti] = [self.G[i] for i in group_pos]
+            for gi in group_pos:
+                if self.t_of_g[gi] < 0:
+                    self.fused_away[gi] = node
+
+    def _fusion_partner(self, r: Record, cands: list[int]) -> int | None:
+        free = [i for i in cands if self.t_of_g[i] < 0]
+        for i in free:
+            if _slot(self.G[i]) == _slot(r):
+                return i
+        same_role = [i for i in free if (self.G[i].direction, self.G[i].role) == (r.direction, r.role)]
+        return same_role[0] if len(same_role) == 1 else None
+
+    # 3. regex renames, 4. equal names
+    def names(self) -> None:
+        if self.map and self.map.renames:
+            for ti, r in enumerate(self.T):
+                if self.g_of_t[ti] < 0:
+                    new = self.map.rename(r.name)
+                    gi = self.g_name.get(new)
+                    if new != r.name and gi is not None:
+                        self.pair(gi, ti, MATCH_MAPPING, f"renamed to {new}")
+        for ti, r in enumerate(self.T):
+            gi = self.g_name.get(r.name)
+            if gi is not None and self.g_of_t[ti] < 0:
+                self.pair(gi, ti, MATCH_NAME)
+
+    # 5. sequence alignment between anchors
+    def sequence(self) -> None:
+        anchors_g = [gi for gi, ti in enumerate(self.t_of_g) if ti >= 0]
+        keep = longest_increasing([self.t_of_g[gi] for gi in anchors_g])
+        anchors = [(anchors_g[k], self.t_of_g[anchors_g[k]]) for k in keep]
+        free_g = [i for i in range(len(self.G)) if self.t_of_g[i] < 0 and i not in self.fused_away]
+        free_t = [i for i in range(len(self.T)) if self.g_of_t[i] < 0]
+        if not free_g or not free_t:
+            return
+        t_module = [self.map.rename(r.module) if self.map and self.map.renames else r.module for r in self.T]
+        keyfns = (
+            (lambda r, mod: (r.direction, mod, r.op, r.role, r.pos)),
+            (lambda r, mod: (r.direction, r.op, r.role, r.pos, r.shape)),
+            (lambda r, mod: (r.direction, mod, r.role, r.pos, r.shape)),
+        )
+        ids: dict[tuple, int] = {}
+        keys_g = [[ids.setdefault(f(r, r.module), len(ids)) for r in self.G] for f in keyfns]
+        keys_t = [[ids.setdefault(f(r, t_module[i]), len(ids)) for i, r in enumerate(self.T)] for f in keyfns]
+        bounds = [(-1, -1)] + anchors + [(len(self.G), len(self.T))]
+        for (g0, t0), (g1, t1) in zip(bounds, bounds[1:]):
+            gl = free_g[bisect_right(free_g, g0):bisect_left(free_g, g1)]
+            tl = free_t[bisect_right(free_t, t0):bisect_left(free_t, t1)]
+            self._gap(gl, tl, keys_g, keys_t, 0)
+
+    def _gap(self, gl: list[int], tl: list[int], keys_g, keys_t, level: int) -> None:
+        if not gl or not tl or level >= len(keys_g):
+            return
+        kg, kt = keys_g[level], keys_t[level]
+        matches = lcs([kg[i] for i in gl], [kt[j] for j in tl])
+        pi, pj = 0, 0
+        for i, j in matches + [(len(gl), len(tl))]:
+            self._gap(gl[pi:i], tl[pj:j], keys_g, keys_t, level + 1)
+            if i < len(gl):
+                self.pair(gl[i], tl[j], MATCH_SEQUENCE)
+            pi, pj = i + 1, j + 1
+
+    def pairs(self) -> list[Pair]:
+        rows: list[tuple[int, int, int, Pair]] = []
+        for ti, r in enumerate(self.T):
+            gi = self.g_of_t[ti]
+            g = self.G[gi] if gi >= 0 else None
+            rows.append((ti, 0, 0, Pair(g, r, self.kind[ti], self.group.get(ti, []), self.note.get(ti, ""))))
+        last_t = -1
+        for gi, r in enumerate(self.G):
+            ti = self.t_of_g[gi]
+            if ti >= 0:
+                last_t = ti
+                continue
+            if gi in self.fused_away:
+                p = Pair(r, None, MATCH_FUSION, note=f"fused away: inside target op {self.fused_away[gi]}")
+            else:
+                p = Pair(r, None, UNMATCHED)
+            rows.append((last_t, 1, gi, p))
+        rows.sort(key=lambda row: row[:3])
+        return [row[3] for row in rows]
+
+
+def _nodes(records: list[Record]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        out.setdefault(r.node, []).append(i)
+    return out
+
+
+def align_records(golden: list[Record], target: list[Record], mapping: Mapping | None = None) -> list[Pair]:
+    """align() on two record lists in execution order (for callers without a Dump)."""
+    a = _Aligner(golden, target, mapping)
+    if mapping is not None:
+        a.mapped_names()
+    a.fusions()
+    a.names()
+    a.sequence()
+    return a.pairs()
+
+
+def align(golden: Dump, target: Dump, mapping: Mapping | None = None) -> list[Pair]:
+    """Every record of both dumps in a Pair, in the target's execution order; unmatched golden
+    records sit right after the pair of the golden record that preceded them."""
+    return align_records(golden.records, target.records, mapping)

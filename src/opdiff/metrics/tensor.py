@@ -1,0 +1,296 @@
+"""Real-data metrics of a tensor pair: chunked reads, per-chunk upcast, one kernel pass, the final numbers.
+
+Tensors come from memory (numpy arrays) or straight from a dump's shard (file + offset, read with
+preadv into reusable buffers, so memory stays bounded whatever the tensor size). fp16/bf16/fp8, ints
+and bool are upcast chunk by chunk to float32 (float64 where float32 is not exact) — never the whole
+tensor. See docs/metrics.md for every formula.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from ..errors import DumpError
+from ..store.format import dtype_name, numpy_dtype
+from . import kernel as K
+from . import names as M
+
+ERR_MESSAGE = "Err_message"
+CHUNK_ELEMENTS = 1 << 17
+# dtypes float32 cannot hold exactly: their pairs run through the float64 kernel
+_WIDE = frozenset({"float64", "int64", "int32", "uint64", "uint32"})
+
+
+class TensorDataError(DumpError):
+    """One tensor's data is unreadable or does not match its record (its pair becomes N/A)."""
+
+
+@dataclass
+class TensorSource:
+    """Where one tensor's elements come from: an array, or `path` at byte `offset`."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    array: np.ndarray | None = None
+    path: Path | None = None
+    offset: int = 0
+    hash: str | None = None  # recorded content hash: verified while reading from a file
+    label: str = ""
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @classmethod
+    def of(cls, arr: np.ndarray, label: str = "") -> "TensorSource":
+        arr = np.asarray(arr)
+        return cls(dtype=dtype_name(arr.dtype), shape=tuple(arr.shape), array=arr.reshape(-1), label=label)
+
+
+@dataclass
+class Workspace:
+    """Reusable chunk buffers of one worker thread (allocated once, reused for every pair)."""
+
+    chunk: int = CHUNK_ELEMENTS
+    _bufs: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+
+    def buf(self, role: str, dtype: np.dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        key = (role, dtype.str + dtype.name)
+        b = self._bufs.get(key)
+        if b is None:
+            b = self._bufs[key] = np.empty(self.chunk, dtype=dtype)
+        return b
+
+
+def kernel_dtype(a: str, b: str) -> np.dtype:
+    """float32 when it holds both dtypes exactly, else float64."""
+    return np.dtype(np.float64) if a in _WIDE or b in _WIDE else np.dtype(np.float32)
+
+
+class _Reader:
+    """Reads one source chunk by chunk into kernel-dtype buffers, verifying its hash when asked."""
+
+    def __init__(self, src: TensorSource, ws: Workspace, side: str, kdtype: np.dtype, verify: bool):
+        self.src = src
+        self.np_dtype = numpy_dtype(src.dtype)
+        self.kdtype = kdtype
+        self.work = ws.buf(side + ".work", kdtype)
+        self.raw = None if self.np_dtype == kdtype else ws.buf(side + ".raw", self.np_dtype)
+        self.fd = None
+        self.hasher = None
+        if src.array is None:
+            try:
+                self.fd = os.open(src.path, os.O_RDONLY)
+            except OSError as exc:
+                raise TensorDataError(f"{src.path}: cannot open shard: {exc.strerror or exc}") from None
+            if verify and src.hash and src.hash.startswith("xxh3:"):
+                self.hasher = xxhash.xxh3_64()
+                self.hasher.update(f"{src.dtype}{list(src.shape)}".encode())
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        if self.fd is None:
+            raw = self.src.array[start:start + count]
+        else:
+            dest = self.raw if self.raw is not None else self.work
+            dest = dest[:count]
+            want = dest.nbytes
+            got = os.preadv(self.fd, [dest.view(np.uint8)], self.src.offset + start * self.np_dtype.itemsize)
+            if got != want:
+                raise TensorDataError(f"{self.src.path}: tensor {self.src.label!r} is truncated "
+                                      f"(read {got} of {want} bytes at element {start})")
+            if self.hasher is not None:
+                self.hasher.update(dest.view(np.uint8))
+            raw = dest
+        if raw.dtype == self.kdtype:
+            return raw
+        out = self.work[:count]
+        np.copyto(out, raw, casting="unsafe")
+        return out
+
+    def finish(self) -> None:
+        if self.hasher is not None and "xxh3:" + self.hasher.hexdigest() != self.src.hash:
+            raise TensorDataError(f"{self.src.path}: data of {self.src.label!r} does not match its recorded "
+                                  f"hash (corrupt shard)")
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def finite_range(src: TensorSource, ws: Workspace) -> tuple[float | None, float | None, float]:
+    """(min, max) over the finite elements (None when there are none) and a shift near the data."""
+    kd = kernel_dtype(src.dtype, src.dtype)
+    rd = _Reader(src, ws, "range", kd, verify=False)
+    lo, hi, first, found = math.inf, -math.inf, 0.0, False
+    try:
+        for start in range(0, src.numel, ws.chunk):
+            c_lo, c_hi, c_first, c_found = K.finite_range(rd.read(start, min(ws.chunk, src.numel - start)))
+            if c_found:
+                if not found:
+                    first, found = c_first, True
+                lo, hi = min(lo, c_lo), max(hi, c_hi)
+    finally:
+        rd.close()
+    return (lo, hi, first) if found else (None, None, 0.0)
+
+
+def _kl_norm(lo: float | None, hi: float | None) -> tuple[float, float]:
+    """msaccucmp's (x - min) / (max - min) as (offset, scale); the raw values when the range is empty."""
+    if lo is None or hi is None or not hi > lo:
+        return 0.0, 1.0
+    return lo, 1.0 / (hi - lo)
+
+
+def pair_metrics(
+    golden: TensorSource,
+    target: TensorSource,
+    ws: Workspace | None = None,
+    *,
+    golden_range: tuple[float | None, float | None, float] | None = None,
+    target_range: tuple[float | None, float | None, float] | None = None,
+    verify: bool = True,
+) -> dict[str, Any]:
+    """Every real-data metric of one pair in one streaming pass (plus a min/max pre-pass per side
+    when its range is not given: the KL normalization needs it). Raises TensorDataError on bad data."""
+    ws = ws or Workspace()
+    if tuple(golden.shape) != tuple(target.shape):
+        return na_metrics(f"shape mismatch: golden {list(golden.shape)} vs target {list(target.shape)}")
+    n = golden.numel
+    if n == 0:
+        return na_metrics("empty tensor: nothing to compare", numel=0)
+    g_lo, g_hi, g_shift = golden_range if golden_range is not None else finite_range(golden, ws)
+    t_lo, t_hi, t_shift = target_range if target_range is not None else finite_range(target, ws)
+    p = np.zeros(K.N_PARAM)
+    p[K.P_GMIN], p[K.P_GINV] = _kl_norm(g_lo, g_hi)
+    p[K.P_TMIN], p[K.P_TINV] = _kl_norm(t_lo, t_hi)
+    p[K.P_GSHIFT], p[K.P_TSHIFT] = g_shift, t_shift
+    acc, cnt = K.new_state()
+    kd = kernel_dtype(golden.dtype, target.dtype)
+    sad, srel = ws.buf("sad", np.float64), ws.buf("srel", np.float64)
+    rg = _Reader(golden, ws, "g", kd, verify)
+    rt = _Reader(target, ws, "t", kd, verify)
+    try:
+        for start in range(0, n, ws.chunk):
+            count = min(ws.chunk, n - start)
+            g = rg.read(start, count)
+            t = rt.read(start, count)
+            if K.all_finite(g, t):
+                K.chunk_fast(g, t, p, acc, cnt, sad, srel, start)
+            else:
+                K.chunk_careful(g, t, p, acc, cnt, start)
+        rg.finish()
+        rt.finish()
+    finally:
+        rg.close()
+        rt.close()
+    g_absmax = None if g_lo is None else max(abs(g_lo), abs(g_hi))
+    return finalize(acc, cnt, n, g_absmax, (g_shift, t_shift))
+
+
+def tensor_metrics(golden: np.ndarray, target: np.ndarray, ws: Workspace | None = None) -> dict[str, Any]:
+    """All real-data metrics of two numpy arrays (any dump dtype), float64, one fused chunked pass.
+
+    N/A metrics are None with the reason in the "Err_message" entry; never raises on odd data
+    (empty, scalar, all-zero, nan/inf, shape mismatch).
+    """
+    return pair_metrics(TensorSource.of(golden, "golden"), TensorSource.of(target, "target"), ws)
+
+
+def na_metrics(reason: str, numel: int | None = None) -> dict[str, Any]:
+    """A metrics dict where nothing could be computed, and why."""
+    out: dict[str, Any] = {k: None for k in M.TENSOR_METRICS}
+    out.update({M.GOLDEN_MEAN: None, M.TARGET_MEAN: None, M.GOLDEN_ABS_MAX: None})
+    if numel is not None:
+        out.update({k: 0 for k in M.COUNT_METRICS})
+        out[M.NUMEL] = numel
+    out[ERR_MESSAGE] = reason
+    return out
+
+
+def _mean_std(s_c: float, s_c2: float, shift: float, n: int) -> tuple[float, float]:
+    mc = s_c / n
+    return shift + mc, math.sqrt(max(s_c2 / n - mc * mc, 0.0))
+
+
+def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float | None,
+             shifts: tuple[float, float] = (0.0, 0.0)) -> dict[str, Any]:
+    """Turn the kernel's accumulators into the metrics dict (docs/metrics.md)."""
+    a = [float(x) for x in acc]
+    c = [int(x) for x in cnt]
+    n = c[K.C_FINITE]
+    out = na_metrics("", None)
+    msgs: list[str] = []
+    out.update({
+        M.NUMEL: numel,
+        M.COMPARED: n,
+        M.DIFF_COUNT: c[K.C_DIFF],
+        M.GOLDEN_NAN: c[K.C_G_NAN], M.GOLDEN_POSINF: c[K.C_G_PINF], M.GOLDEN_NEGINF: c[K.C_G_NINF],
+        M.TARGET_NAN: c[K.C_T_NAN], M.TARGET_POSINF: c[K.C_T_PINF], M.TARGET_NEGINF: c[K.C_T_NINF],
+        M.NONFINITE_MISMATCH: c[K.C_MISMATCH],
+        M.GOLDEN_ABS_MAX: golden_absmax,
+    })
+    if c[K.C_MISMATCH]:
+        out[M.FIRST_NONFINITE_MISMATCH] = c[K.C_FIRST_MISMATCH]
+        msgs.append(f"{c[K.C_MISMATCH]} element(s) are nan/inf on one side only or differ in sign of inf "
+                    f"(first at flat index {c[K.C_FIRST_MISMATCH]})")
+    if n == 0:
+        msgs.append("no element is finite on both sides")
+        out[ERR_MESSAGE] = "; ".join(msgs)
+        return out
+    if n < numel:
+        msgs.append(f"metrics over the {n} of {numel} elements finite on both sides")
+    ng, nt = math.sqrt(a[K.A_SUM_G2]), math.sqrt(a[K.A_SUM_T2])
+    if ng == 0.0 and nt == 0.0:
+        cosine = 1.0
+    elif ng == 0.0 or nt == 0.0:
+        cosine = None
+        msgs.append(f"Cosine N/A: {'golden' if ng == 0.0 else 'target'} is all zero")
+    else:
+        cosine = min(1.0, max(-1.0, a[K.A_SUM_GT] / (ng * nt)))
+    euc = math.sqrt(a[K.A_SUM_D2])
+    if ng > 0.0:
+        red = euc / ng
+    elif euc == 0.0:
+        red = 0.0
+    else:
+        red = None
+        msgs.append("RelativeEuclideanDistance N/A: golden is all zero")
+    sa, sb = a[K.A_KL_SA], a[K.A_KL_SB]
+    kl = a[K.A_KL_SL] / sa + math.log(sb / sa)
+    if abs(kl) < K.EPS64:
+        kl = 0.0
+    g_mean, g_std = _mean_std(a[K.A_SUM_GC], a[K.A_SUM_GC2], shifts[0], n)
+    t_mean, t_std = _mean_std(a[K.A_SUM_TC], a[K.A_SUM_TC2], shifts[1], n)
+    out.update({
+        M.COSINE: cosine,
+        M.MAX_ABS_ERR: a[K.A_MAX_AD],
+        M.MAX_REL_ERR: a[K.A_MAX_REL],
+        M.MEAN_ABS_ERR: a[K.A_SUM_AD] / n,
+        M.MEAN_REL_ERR: a[K.A_SUM_REL] / n,
+        M.RMSE: math.sqrt(a[K.A_SUM_D2] / n),
+        M.ACC_REL_ERR: a[K.A_SUM_ACC],
+        M.RED: red,
+        M.EUC_DIST: euc,
+        M.KL_DIV: kl,
+        M.GOLDEN_STD: g_std,
+        M.TARGET_STD: t_std,
+        M.GOLDEN_MEAN: g_mean,
+        M.TARGET_MEAN: t_mean,
+        M.ONE_THOUSANDTH: a[K.A_CNT_1K] / n,
+        M.FIVE_THOUSANDTH: a[K.A_CNT_5K] / n,
+        M.NORM_MAX_ABS_ERR: (a[K.A_MAX_AD] / golden_absmax) if golden_absmax else None,
+        M.WORST_INDEX: c[K.C_WORST_IDX],
+        M.WORST_GOLDEN: a[K.A_WORST_G],
+        M.WORST_TARGET: a[K.A_WORST_T],
+    })
+    out[ERR_MESSAGE] = "; ".join(msgs)
+    return out

@@ -1,0 +1,241 @@
+"""Verdict thresholds: dtype-dependent default rules, named presets, and a YAML/JSON override file.
+
+A rule set maps a dtype class (the lower precision of the two dtypes compared: "float32",
+"bfloat16", ..., "int" for integers and bool, "*" for anything else) to PASS conditions and
+optional WARNING conditions. A bound may be written in units of u, the rounding unit of that
+dtype ("<=64u"), so one rule reads the same for every precision. See docs/compare.md.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..compare.docfile import read_doc
+from ..errors import OpdiffError
+from ..store.format import FLOAT_DTYPES
+from . import names as M
+
+# unit roundoff u = 2^-p of each float format (p = significand bits incl. the implicit one)
+ROUNDING_UNIT = {
+    "float64": 2.0**-53,
+    "float32": 2.0**-24,
+    "float16": 2.0**-11,
+    "bfloat16": 2.0**-8,
+    "float8_e4m3fn": 2.0**-4,
+    "float8_e5m2": 2.0**-3,
+}
+INT_CLASS = "int"
+ANY_CLASS = "*"
+_OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq}
+_COND_RE = re.compile(r"^\s*(<=|>=|==|<|>)?\s*([-+0-9.eE]+|inf)\s*(u?)\s*$")
+_EXPR_RE = re.compile(r"^\s*([A-Za-z][\w ]*?)\s*(<=|>=|==|<|>)\s*(\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """`metric op value`, value optionally a multiple of the rounding unit u."""
+
+    metric: str
+    op: str
+    value: float
+    in_u: bool = False
+
+    def bound(self, u: float) -> float:
+        return self.value * u if self.in_u else self.value
+
+    def holds(self, metrics: dict[str, Any], u: float) -> bool | None:
+        """True/False, or None when the metric is N/A."""
+        v = metrics.get(self.metric)
+        if v is None or isinstance(v, str):
+            return None
+        return bool(_OPS[self.op](float(v), self.bound(u)))
+
+    def text(self) -> str:
+        return f"{self.metric} {self.op} {_fmt(self.value)}{'u' if self.in_u else ''}"
+
+    @classmethod
+    def parse(cls, metric: str, spec: Any) -> "Condition":
+        """From a bare number (<= or >= by the metric's direction) or a string like "<0.01", ">=0.99", "64u"."""
+        default_op = ">=" if metric in M.HIGHER_IS_BETTER else "<="
+        if isinstance(spec, bool):
+            return cls(metric, "==", float(spec))
+        if isinstance(spec, (int, float)):
+            return cls(metric, default_op, float(spec))
+        m = _COND_RE.match(str(spec))
+        if not m:
+            raise ValueError(f"bad condition {spec!r} for {metric} (write e.g. '<=0.01', '>=0.99' or '64u')")
+        return cls(metric, m.group(1) or default_op, float(m.group(2)), bool(m.group(3)))
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+@dataclass
+class Band:
+    """PASS conditions and, optionally, the looser WARNING conditions of one dtype class."""
+
+    passing: list[Condition]
+    warning: list[Condition] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"pass": [c.text() for c in self.passing]}
+        if self.warning is not None:
+            d["warning"] = [c.text() for c in self.warning]
+        return d
+
+
+@dataclass
+class Thresholds:
+    """Rules by compare mode ("tensor", "stats") and dtype class; hash mode needs none."""
+
+    name: str
+    tensor: dict[str, Band] = field(default_factory=dict)
+    stats: dict[str, Band] = field(default_factory=dict)
+
+    def band(self, mode: str, cls: str) -> Band | None:
+        rules = self.tensor if mode == "tensor" else self.stats
+        return rules.get(cls) or rules.get(ANY_CLASS)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "tensor": {k: b.to_json() for k, b in self.tensor.items()},
+            "stats": {k: b.to_json() for k, b in self.stats.items()},
+        }
+
+
+def dtype_class(golden_dtype: str, target_dtype: str) -> tuple[str, float]:
+    """The dtype class of a pair (its lower precision) and that class's rounding unit u."""
+    us = [(ROUNDING_UNIT[d], d) for d in (golden_dtype, target_dtype) if d in FLOAT_DTYPES]
+    if not us:
+        return INT_CLASS, 0.0
+    u, d = max(us)
+    return d, u
+
+
+def _conds(**kw: str) -> list[Condition]:
+    return [Condition.parse(k.replace("__", " "), v) for k, v in kw.items()]
+
+
+def _u_band(red_pass: int, max_pass: int, red_warn: int, max_warn: int, stats: bool = False) -> Band:
+    """PASS/WARNING bands on the relative L2 error and the max error in units of the tensor's scale."""
+    red, mx = (M.NORM_REL_DIFF, M.NORM_STATS_DIFF) if stats else (M.RED, M.NORM_MAX_ABS_ERR)
+    return Band(
+        passing=[Condition(red, "<=", red_pass, True), Condition(mx, "<=", max_pass, True)],
+        warning=[Condition(red, "<=", red_warn, True), Condition(mx, "<=", max_warn, True)],
+    )
+
+
+def _default() -> Thresholds:
+    high = (64, 256, 1024, 4096)  # fp32/fp64: ops compute at storage precision, rounding grows with depth
+    low = (8, 32, 32, 128)  # fp16/bf16: fp32 accumulation, error dominated by a few output roundings
+    fp8 = (1, 2, 2, 4)
+    table = {"float64": high, "float32": high, "float16": low, "bfloat16": low,
+             "float8_e4m3fn": fp8, "float8_e5m2": fp8}
+    exact = Band(passing=[Condition(M.DIFF_COUNT, "<=", 0)])
+    exact_stats = Band(passing=[Condition(M.NORM_STATS_DIFF, "<=", 0)])
+    return Thresholds(
+        name="default",
+        tensor={k: _u_band(*v) for k, v in table.items()} | {INT_CLASS: exact},
+        stats={k: _u_band(*v, stats=True) for k, v in table.items()} | {INT_CLASS: exact_stats},
+    )
+
+
+def _msprobe_torchair() -> Thresholds:
+    # msprobe TorchAir documentation: PASS when Cosine >= 0.99 and MaxRelativeErr < 0.01; else FAIL.
+    return Thresholds(
+        name="msprobe-torchair",
+        tensor={ANY_CLASS: Band(passing=[Condition(M.COSINE, ">=", 0.99), Condition(M.MAX_REL_ERR, "<", 0.01)])},
+        stats={ANY_CLASS: Band(passing=[Condition(M.NORM_REL_DIFF, "<", 0.01), Condition(M.NORM_STATS_DIFF, "<", 0.01)])},
+    )
+
+
+def _msaccucmp() -> Thresholds:
+    # Ascend Model Accuracy Analyzer's recommended acceptance: Cosine > 0.99, RED < 0.05, KL < 0.005.
+    return Thresholds(
+        name="msaccucmp",
+        tensor={ANY_CLASS: Band(passing=[Condition(M.COSINE, ">", 0.99), Condition(M.RED, "<", 0.05),
+                                         Condition(M.KL_DIV, "<", 0.005)])},
+        stats={ANY_CLASS: Band(passing=[Condition(M.NORM_REL_DIFF, "<", 0.05)])},
+    )
+
+
+def _bitwise() -> Thresholds:
+    return Thresholds(
+        name="bitwise",
+        tensor={ANY_CLASS: Band(passing=[Condition(M.DIFF_COUNT, "<=", 0)])},
+        stats={ANY_CLASS: Band(passing=[Condition(M.NORM_STATS_DIFF, "<=", 0), Condition(M.NORM_REL_DIFF, "<=", 0)])},
+    )
+
+
+PRESETS = {"default": _default, "msprobe-torchair": _msprobe_torchair, "msaccucmp": _msaccucmp, "bitwise": _bitwise}
+
+
+def preset(name: str) -> Thresholds:
+    """A named rule set: default, msprobe-torchair, msaccucmp, bitwise."""
+    try:
+        return PRESETS[name]()
+    except KeyError:
+        raise OpdiffError(f"unknown threshold preset {name!r} (choose from {', '.join(PRESETS)})") from None
+
+
+def _parse_band(where: str, spec: Any) -> Band:
+    if not isinstance(spec, dict) or "pass" not in spec:
+        raise ValueError(f"{where}: expected a mapping with 'pass' (and optional 'warning') conditions")
+    bands = []
+    for key in ("pass", "warning"):
+        conds = spec.get(key)
+        if conds is None:
+            bands.append(None)
+            continue
+        if not isinstance(conds, dict):
+            raise ValueError(f"{where}.{key}: expected a mapping of metric: condition")
+        bands.append([Condition.parse(str(m), c) for m, c in conds.items()])
+    return Band(passing=bands[0], warning=bands[1])
+
+
+def thresholds_from_dict(d: Any, base: str | None = None) -> Thresholds:
+    """Apply an override document (see load_thresholds) onto its base preset."""
+    if not isinstance(d, dict):
+        raise ValueError("expected a mapping at the top level")
+    unknown = set(d) - {"preset", "tensor", "stats"}
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))} (allowed: preset, tensor, stats)")
+    th = preset(str(d.get("preset") or base or "default"))
+    th.name = f"{th.name}+custom"
+    for mode in ("tensor", "stats"):
+        rules = d.get(mode) or {}
+        if not isinstance(rules, dict):
+            raise ValueError(f"{mode}: expected a mapping of dtype class to rules")
+        for cls, spec in rules.items():
+            getattr(th, mode)[str(cls)] = _parse_band(f"{mode}.{cls}", spec)
+    return th
+
+
+def load_thresholds(path: str | Path, base: str | None = None) -> Thresholds:
+    """Read a YAML or JSON thresholds file; a bad file is one OpdiffError line naming it."""
+    return read_doc(path, "thresholds file", lambda doc: thresholds_from_dict(doc, base))
+
+
+def parse_expr(expr: str) -> Condition:
+    """'Cosine>=0.999' or 'RelativeEuclideanDistance<=64u' -> Condition (for CLI flags)."""
+    m = _EXPR_RE.match(expr)
+    if not m:
+        raise OpdiffError(f"bad rule {expr!r} (write METRIC OP VALUE, e.g. 'Cosine>=0.999' or 'MaxRelativeErr<0.01')")
+    try:
+        return Condition.parse(m.group(1).strip(), m.group(2) + m.group(3))
+    except ValueError as exc:
+        raise OpdiffError(str(exc)) from None
+
+
+def with_rules(th: Thresholds, passing: list[Condition], warning: list[Condition] | None) -> Thresholds:
+    """Replace the tensor-mode rules of every dtype class by the given conditions (CLI --pass-if)."""
+    band = Band(passing=list(passing), warning=list(warning) if warning else None)
+    th.tensor = {ANY_CLASS: band}
+    th.name = f"{th.name}+flags"
+    return th

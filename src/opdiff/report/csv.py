@@ -1,0 +1,28 @@
+"""CSV report: one row per compared tensor in execution order (columns in report/table.py)."""
+
+from __future__ import annotations
+
+import csv
+import os
+
+from ..compare.run import Comparison
+from .table import columns, row
+
+
+def _cell(v) -> str:
+    if isinstance(v, bool):
+        return "True" if v else "False"
+    if isinstance(v, float):
+        return repr(v)  # shortest round-trip text: nan, inf, 1e-07
+    return str(v)
+
+
+def write_csv(cmp: Comparison, path: str | os.PathLike) -> None:
+    """Write the comparison table as CSV (UTF-8, header row first)."""
+    cols = columns(cmp.results)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for r in cmp.results:
+            values = row(r, cols)
+            w.writerow([_cell(values[c]) for c in cols])

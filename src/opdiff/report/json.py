@@ -1,0 +1,94 @@
+"""JSON report for CI and other tools: schema "opdiff-compare", version SCHEMA_VERSION (docs/compare.md).
+
+Non-finite numbers are written as the strings "NaN", "Infinity", "-Infinity" (plain JSON has none).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+from .. import __version__
+from ..compare.result import PairResult
+from ..compare.run import Comparison
+from ..store.format import Record
+from ..store.reader import Dump
+from .table import ACCURACY_REACHED
+
+SCHEMA = "opdiff-compare"
+SCHEMA_VERSION = 1
+_META_KEYS = ("framework", "framework_version", "device", "default_dtype", "level", "mode", "created", "host")
+
+
+def _num(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    return v
+
+
+def _record(r: Record | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {"index": r.index, "name": r.name, "node": r.node, "module": r.module, "op": r.op, "level": r.level,
+            "direction": r.direction, "role": r.role, "pos": r.pos, "dtype": r.dtype, "shape": list(r.shape)}
+
+
+def _dump(d: Dump) -> dict[str, Any]:
+    return {"path": str(d.root), "rank": d.rank, "step": d.step, "records": len(d.records), "complete": d.complete,
+            "problems": list(d.problems), "meta": {k: d.meta[k] for k in _META_KEYS if k in d.meta}}
+
+
+def pair_json(r: PairResult) -> dict[str, Any]:
+    """One pair of the "pairs" array."""
+    return {
+        "index": r.index,
+        "golden": _record(r.golden),
+        "target": _record(r.target),
+        "match": r.match,
+        "status": r.status,
+        "mode": r.mode,
+        "result": r.result,
+        "accuracy_reached": ACCURACY_REACHED.get(r.result, "") or None,
+        "bitwise_equal": r.bitwise_equal,
+        "metrics": {k: _num(v) for k, v in r.metrics.items()},
+        "err_message": r.err_message,
+        "note": r.note,
+        "golden_group": [g.name for g in r.golden_group],
+    }
+
+
+def comparison_json(cmp: Comparison, worst: int = 20) -> dict[str, Any]:
+    """The whole report as a JSON-ready dict."""
+    ff = cmp.first_fail()
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "opdiff_version": __version__,
+        "golden": _dump(cmp.golden),
+        "target": _dump(cmp.target),
+        "mode": cmp.mode,
+        "thresholds": cmp.thresholds.to_json(),
+        "mapping": cmp.mapping.source if cmp.mapping is not None else None,
+        "summary": {
+            "pairs": len(cmp.results),
+            "results": cmp.counts(),
+            "statuses": cmp.status_counts(),
+            "passed": cmp.passed(),
+            "first_fail": ff.index if ff else None,
+            "worst": [r.index for r in cmp.worst(worst)],
+            "unmatched": {"golden": len(cmp.unmatched("golden")), "target": len(cmp.unmatched("target"))},
+            "elapsed_s": round(cmp.elapsed, 4),
+            "tensor_bytes": cmp.tensor_bytes,
+            "workers": cmp.workers,
+        },
+        "pairs": [pair_json(r) for r in cmp.results],
+    }
+
+
+def write_json(cmp: Comparison, path: str | os.PathLike) -> None:
+    """Write the JSON report (strict JSON: allow_nan=False)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(comparison_json(cmp), f, indent=1, allow_nan=False)
+        f.write("\n")

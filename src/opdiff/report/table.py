@@ -1,0 +1,69 @@
+"""The comparison table shared by the CSV and XLSX reports: columns and one row per pair."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..compare.result import FAIL, NA, PASS, WARNING, PairResult
+from ..metrics import names as M
+
+ID_COLUMNS = (
+    "Index", "Golden Name", "Target Name", "Op Type", "Module", "Direction", "Role", "Position",
+    "Golden Dtype", "Target Dtype", "Golden Shape", "Target Shape", "Match", "Status", "Mode",
+)
+TENSOR_COLUMNS = M.TENSOR_METRICS + M.COUNT_METRICS + M.WORST_METRICS
+STATS_COLUMNS = M.STATS_METRICS + (M.GOLDEN_NAN, M.GOLDEN_POSINF, M.GOLDEN_NEGINF, M.TARGET_NAN, M.TARGET_POSINF,
+                                   M.TARGET_NEGINF, M.NONFINITE_MISMATCH)
+HASH_COLUMNS = (M.HASH_EQUAL,)
+TAIL_COLUMNS = ("Bitwise Equal", "Result", "Accuracy Reached or Not", "Err_message", "Note")
+ACCURACY_REACHED = {PASS: "Yes", WARNING: "Yes", FAIL: "No", NA: ""}
+
+
+def columns(results: list[PairResult]) -> list[str]:
+    """ID columns, the metric columns of every mode used, then verdict columns."""
+    modes = {r.mode for r in results if r.metrics}
+    cols = list(ID_COLUMNS)
+    seen = set(cols)
+    for mode, group in (("tensor", TENSOR_COLUMNS), ("stats", STATS_COLUMNS), ("hash", HASH_COLUMNS)):
+        if mode in modes or (mode == "tensor" and not modes):
+            cols += [c for c in group if c not in seen]
+            seen.update(group)
+    return cols + list(TAIL_COLUMNS)
+
+
+def shape_text(shape: tuple[int, ...] | None) -> str:
+    return "" if shape is None else "[" + ",".join(map(str, shape)) + "]"
+
+
+def row(r: PairResult, cols: list[str]) -> dict[str, Any]:
+    """One pair as column -> value: numbers stay numbers, N/A metrics are "N/A"."""
+    g, t = r.golden, r.target
+    rec = t or g
+    assert rec is not None
+    out: dict[str, Any] = {
+        "Index": r.index,
+        "Golden Name": g.name if g else "",
+        "Target Name": t.name if t else "",
+        "Op Type": rec.op,
+        "Module": rec.module,
+        "Direction": rec.direction,
+        "Role": rec.role,
+        "Position": rec.pos,
+        "Golden Dtype": g.dtype if g else "",
+        "Target Dtype": t.dtype if t else "",
+        "Golden Shape": shape_text(g.shape) if g else "",
+        "Target Shape": shape_text(t.shape) if t else "",
+        "Match": r.match,
+        "Status": r.status,
+        "Mode": r.mode,
+        "Bitwise Equal": "" if r.bitwise_equal is None else ("Yes" if r.bitwise_equal else "No"),
+        "Result": r.result,
+        "Accuracy Reached or Not": ACCURACY_REACHED.get(r.result, ""),
+        "Err_message": r.err_message,
+        "Note": r.note,
+    }
+    for c in cols:
+        if c not in out:
+            v = r.metrics.get(c)
+            out[c] = NA if v is None else v
+    return out
