@@ -1,0 +1,260 @@
+"""The dataflow graph diagnose reasons on: op calls (nodes), their tensors, who produced what.
+
+Built from a comparison's pairs, in the target's execution order. Producer links come from
+`Record.src` (api/aten captures); otherwise a tensor passed on unchanged is recognised by its
+content (hash, or dtype+shape+statistics) and, failing that, the module tree (which call
+encloses which, from execution order) says what a parent's own code could have used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..compare.result import PairResult
+from ..store.format import Record
+from .noise import pair_error, unit
+
+
+@dataclass
+class Tensor:
+    """One record pair as diagnose sees it."""
+
+    id: int
+    pair: PairResult
+    golden: Record | None
+    target: Record | None
+    err: float | None  # relative error (0: bitwise equal; inf: non-finite where golden is finite)
+    unit: float  # rounding unit of the lower-precision side (0: integer or bool)
+    node: int = -1  # the target node it belongs to (-1: golden only)
+
+    @property
+    def rec(self) -> Record:
+        return self.target or self.golden  # type: ignore[return-value]
+
+    @property
+    def role(self) -> str:
+        return self.rec.role
+
+    @property
+    def order(self) -> int:
+        return self.target.index if self.target is not None else -1
+
+
+@dataclass
+class Node:
+    """One op or module call of the target run."""
+
+    id: int
+    name: str
+    module: str
+    op: str
+    level: str
+    start: int
+    end: int
+    inputs: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    params: list[int] = field(default_factory=list)
+    parent: int | None = None
+    children: list[int] = field(default_factory=list)
+    golden: str | None = None  # the golden node it was paired with
+
+    @property
+    def matched(self) -> bool:
+        return self.golden is not None
+
+
+@dataclass
+class Graph:
+    tensors: list[Tensor]
+    nodes: list[Node]
+    root: int | None
+    producer: dict[int, int]  # input tensor id -> output tensor id it is (the same tensor, earlier)
+    golden_only: list[int]
+    levels: set[str]
+
+    def node_of(self, t: Tensor) -> Node | None:
+        return self.nodes[t.node] if t.node >= 0 else None
+
+    @property
+    def module_level(self) -> bool:
+        """Whether ops are module calls (so unrecorded code can run in a parent between them)."""
+        return self.levels <= {"module", "param"}
+
+    def scope_before(self, node: Node, start: int) -> list[int]:
+        """Tensors a node's own code can use at time `start`: its inputs and its finished children's outputs."""
+        out = list(node.inputs)
+        for c in node.children:
+            child = self.nodes[c]
+            if child.end < start:
+                out.extend(child.outputs)
+        return out
+
+    def sources(self, t: Tensor) -> list[int]:
+        """The tensors whose error `t` inherits."""
+        node = self.node_of(t)
+        if node is None or t.role == "parameter":
+            return []
+        if t.role == "output" or t.role == "gradient":
+            return node.inputs + node.params + [o for c in node.children for o in self.nodes[c].outputs]
+        if t.id in self.producer:
+            return [self.producer[t.id]]
+        if node.id == self.root or node.parent is None:
+            return []
+        return self.scope_before(self.nodes[node.parent], node.start)
+
+    def known_sources(self, t: Tensor, depth: int = 8) -> list[Tensor]:
+        """Sources with a known error, looking through unmatched tensors (ops golden does not have)."""
+        out: list[Tensor] = []
+        seen: set[int] = set()
+        stack = [(s, 0) for s in self.sources(t)]
+        while stack:
+            sid, d = stack.pop()
+            if sid in seen:
+                continue
+            seen.add(sid)
+            s = self.tensors[sid]
+            if s.err is not None:
+                out.append(s)
+            elif d < depth:
+                stack.extend((x, d + 1) for x in self.sources(s))
+        return out
+
+    def blame(self, t: Tensor) -> tuple[int, str]:
+        """The node whose own code made `t` diverge, and how (output | parameter | inserted | parent | input)."""
+        node = self.node_of(t)
+        assert node is not None
+        if t.role in ("output", "gradient"):
+            return node.id, "output"
+        if t.role == "parameter":
+            return node.id, "parameter"
+        p = self.producer.get(t.id)
+        if p is not None and self.tensors[p].err is None:
+            return self._inserted_origin(self.tensors[p]), "inserted"
+        if node.id == self.root:
+            return node.id, "input"
+        if p is None and not self.module_level:
+            return node.id, "input"  # an external tensor (weight, buffer) read by this op
+        if node.parent is not None:
+            return node.parent, "parent"
+        return node.id, "input"
+
+    def _inserted_origin(self, t: Tensor) -> int:
+        """The earliest op golden does not have in the chain that produced `t`."""
+        best = t.node
+        cur: Tensor | None = t
+        for _ in range(64):
+            if cur is None:
+                break
+            node = self.node_of(cur)
+            if node is None or node.matched:
+                break
+            best = node.id
+            nxt = None
+            for i in node.inputs:
+                p = self.producer.get(i)
+                src = self.tensors[p] if p is not None else None
+                if src is not None and src.err is None and not self.nodes[src.node].matched:
+                    nxt = src
+                    break
+            cur = nxt
+        return best
+
+    def ancestors(self, node: Node) -> list[Node]:
+        out = []
+        while node.parent is not None:
+            node = self.nodes[node.parent]
+            out.append(node)
+        return out
+
+
+def _identity_key(r: Record):
+    """What recognises the same tensor passed on unchanged (content hash, or shape+statistics)."""
+    if r.hash:
+        return (r.dtype, r.shape, r.hash)
+    s = r.stats
+    if s is None or r.numel <= 1 or not s.norm:
+        return None
+    return (r.dtype, r.shape, s.min, s.max, s.mean, s.norm, s.zeros)
+
+
+def build(pairs: list[PairResult], direction: str = "forward") -> Graph:
+    """The graph of the target run's `direction` pass, with each record pair's error."""
+    tensors: list[Tensor] = []
+    golden_only: list[int] = []
+    nodes: list[Node] = []
+    node_ids: dict[str, int] = {}
+    by_name: dict[str, int] = {}
+    levels: set[str] = set()
+    for p in pairs:
+        rec = p.target or p.golden
+        if rec is None or rec.direction != direction:
+            continue
+        g, t = p.golden, p.target
+        tid = len(tensors)
+        tensors.append(Tensor(tid, p, g, t, pair_error(p), unit(g.dtype if g else None, t.dtype if t else None)))
+        if t is None:
+            golden_only.append(tid)
+            continue
+        levels.add(t.level)
+        by_name[t.name] = tid
+        nid = node_ids.get(t.node)
+        if nid is None:
+            nid = node_ids[t.node] = len(nodes)
+            nodes.append(Node(nid, t.node, t.module, t.op, t.level, t.index, t.index))
+        n = nodes[nid]
+        n.start, n.end = min(n.start, t.index), max(n.end, t.index)
+        if g is not None and n.golden is None:
+            n.golden = g.node
+        tensors[tid].node = nid
+        {"input": n.inputs, "output": n.outputs, "parameter": n.params}.get(t.role, n.outputs).append(tid)
+    order = sorted((x for x in tensors if x.target is not None), key=lambda x: x.target.index)  # type: ignore[union-attr]
+    _nest(nodes)
+    root = _root(nodes)
+    producer = _producers(order, by_name, tensors)
+    return Graph(tensors, nodes, root, producer, golden_only, levels)
+
+
+def _nest(nodes: list[Node]) -> None:
+    """Parent of each node: the innermost call whose span of records encloses it."""
+    stack: list[Node] = []
+    for n in sorted(nodes, key=lambda n: (n.start, -n.end)):
+        while stack and stack[-1].end < n.start:
+            stack.pop()
+        if stack and stack[-1].start <= n.start and n.end <= stack[-1].end:
+            n.parent = stack[-1].id
+            stack[-1].children.append(n.id)
+        stack.append(n)
+
+
+def _root(nodes: list[Node]) -> int | None:
+    """The root model's call (module ""), the outermost one if several."""
+    roots = [n for n in nodes if n.module == "" and n.parent is None and n.level in ("module", "")]
+    if not roots:
+        roots = [n for n in nodes if n.module == "" and n.parent is None]
+    return min(roots, key=lambda n: n.start).id if roots else None
+
+
+def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tensor]) -> dict[int, int]:
+    """For each input tensor, the earlier output (or parameter) it is: from Record.src, else by content."""
+    producer: dict[int, int] = {}
+    last_output: dict[object, int] = {}
+    for t in order:
+        r = t.target
+        assert r is not None
+        if r.role == "input":
+            src = by_name.get(r.src) if r.src else None
+            if src is not None and tensors[src].role != "input":
+                producer[t.id] = src
+            elif src is not None:
+                p = producer.get(src)
+                if p is not None:
+                    producer[t.id] = p
+            else:
+                key = _identity_key(r)
+                if key is not None and key in last_output:
+                    producer[t.id] = last_output[key]
+        elif r.role in ("output", "parameter"):
+            key = _identity_key(r)
+            if key is not None:
+                last_output[key] = t.id
+    return producer

@@ -1,0 +1,101 @@
+"""Local vs inherited error: which ops add an error of their own, beyond what their inputs carry.
+
+For every tensor, the error it inherits is the largest error among the tensors it was computed
+from (graph.sources). An op's output is its own error when it exceeds both the calibrated
+noise of a fresh computation and the amplification ops of its type show elsewhere in the run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import median
+
+from .graph import Graph, Tensor
+from .noise import AMPLIFICATION, UNIT, Noise
+
+MAX_FLOOR = 8.0  # a fresh op of correct code never shows more than this many units as "noise" floor
+
+
+@dataclass
+class Event:
+    """A tensor whose error is its op's own: where an error enters the run."""
+
+    tensor: int
+    node: int  # the node blamed for it
+    how: str  # output | parameter | inserted | parent | input (see Graph.blame)
+    err: float
+    inherited: float
+    threshold: float
+    jump: float  # err / threshold (> 1)
+
+
+def inherited(graph: Graph, t: Tensor) -> float:
+    """Largest relative error among the tensors `t` was computed from (0 when none is known)."""
+    errs = [s.err for s in graph.known_sources(t) if s.err is not None]
+    return max(errs) if errs else 0.0
+
+
+def _root_inputs(graph: Graph) -> set[int]:
+    if graph.root is None:
+        return set()
+    return set(graph.nodes[graph.root].inputs)
+
+
+def calibrate(graph: Graph) -> Noise:
+    """The noise model of this run: rounding floor of fresh ops, amplification per op type."""
+    run_dtype, run_unit = "float32", UNIT["float32"]
+    for t in graph.tensors:
+        d = t.target.dtype if t.target is not None else None
+        if d in UNIT and UNIT[d] > run_unit:
+            run_dtype, run_unit = d, UNIT[d]
+    skip = _root_inputs(graph)
+    fresh: list[float] = []
+    ratios: dict[str, list[tuple[float, int]]] = {}
+    for t in graph.tensors:
+        if t.target is None or t.err is None or not math.isfinite(t.err) or t.unit == 0 or t.id in skip:
+            continue
+        inh = inherited(graph, t)
+        if inh <= t.unit:
+            fresh.append(t.err / t.unit)
+        elif t.role == "output" and t.err > 0:
+            ratios.setdefault(graph.nodes[t.node].op, []).append((t.err / inh, t.node))
+    floor = min(max(median(fresh), 1.0), MAX_FLOOR) if fresh else 1.0
+    for rs in ratios.values():
+        rs.sort(reverse=True)
+    return Noise(floor=floor, amplification=AMPLIFICATION, per_op=ratios, run_unit=run_unit, run_dtype=run_dtype)
+
+
+def events(graph: Graph, noise: Noise) -> list[Event]:
+    """Every tensor whose error is its op's own, in the target's execution order."""
+    skip = _root_inputs(graph)
+    out: list[Event] = []
+    for t in sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order):
+        if t.err is None or t.err == 0 or t.id in skip:
+            continue
+        inh = inherited(graph, t)
+        node = graph.nodes[t.node]
+        if t.unit == 0:  # integers and bools: exact, so only an exact input can make it the op's own
+            if inh > 0:
+                continue
+            thr, jump = 0.0, math.inf
+        else:
+            thr = noise.threshold(t.unit, inh, node.op, node.id)
+            jump = t.err / thr if thr > 0 else math.inf
+        if jump > 1:
+            blamed, how = graph.blame(t)
+            out.append(Event(t.id, blamed, how, t.err, inh, thr, jump))
+    return out
+
+
+def contributions(graph: Graph, noise: Noise, top: int = 5) -> list[tuple[int, float]]:
+    """Nodes adding the most error of their own (ratio of output error to inherited), for drift."""
+    best: dict[int, float] = {}
+    for t in graph.tensors:
+        if t.target is None or t.err is None or t.role != "output" or not math.isfinite(t.err) or t.unit == 0:
+            continue
+        inh = max(inherited(graph, t), noise.floor * t.unit)
+        gain = t.err / inh
+        if gain > best.get(t.node, 0.0):
+            best[t.node] = gain
+    return sorted(best.items(), key=lambda kv: -kv[1])[:top]

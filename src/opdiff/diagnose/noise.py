@@ -1,0 +1,165 @@
+"""What "agrees" means: each pair's error in rounding units, and the noise floor seen in the data.
+
+A pair's error is relative to its golden tensor's scale (the larger of the relative L2 error and
+the max abs error over max |golden|); its unit is the rounding unit of the lower-precision dtype
+of the two sides. The floor and the amplification ops show legitimately are calibrated from the
+comparison itself (docs/diagnose.md, "Noise").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..compare.result import PairResult
+from ..metrics.thresholds import ROUNDING_UNIT
+from ..store.format import FLOAT_DTYPES, Stats
+
+UNIT: dict[str, float] = ROUNDING_UNIT  # the largest relative error one rounding makes, per dtype
+# largest finite value of each float dtype: beyond it a cast overflows
+RANGE: dict[str, float] = {
+    "float64": 1.7976931348623157e308,
+    "float32": 3.4028234663852886e38,
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+    "float8_e4m3fn": 448.0,
+    "float8_e5m2": 57344.0,
+}
+
+# defaults of the calibration (docs/diagnose.md): an op's own error must exceed
+#   max(SIGNIFICANT * floor * unit, AMPLIFICATION * inherited error)
+SIGNIFICANT = 32.0  # units of rounding above which a fresh error is no rounding noise
+AMPLIFICATION = 8.0  # how much an op may legitimately amplify the relative error of its inputs
+DRIFT = 16.0  # output error (in units of the run's coarsest precision) above which error has drifted
+
+
+def unit(*dtypes: str | None) -> float:
+    """Rounding unit of the lowest-precision float dtype among `dtypes`; 0 when none is a float."""
+    units = [UNIT[d] for d in dtypes if d in UNIT]
+    return max(units) if units else 0.0
+
+
+def is_float(dtype: str | None) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+def nonfinite(stats: Stats | None) -> int:
+    """Count of nan and +-inf elements."""
+    return (stats.nan + stats.posinf + stats.neginf) if stats is not None else 0
+
+
+def absmax(stats: Stats | None) -> float | None:
+    """max |x| over the finite elements."""
+    if stats is None or stats.max is None or stats.min is None:
+        return None
+    return max(abs(stats.max), abs(stats.min))
+
+
+def _num(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v
+
+
+def stats_error(g: Stats | None, t: Stats | None) -> float | None:
+    """Relative error bound from statistics alone (differences of norm, max, min, mean)."""
+    if g is None or t is None or g.norm is None or t.norm is None:
+        return None
+    scale_max = absmax(g) or 0.0
+    rms = g.norm / math.sqrt(g.numel) if g.numel else 0.0
+    terms = []
+    if g.norm > 0:
+        terms.append(abs(t.norm - g.norm) / g.norm)
+    if scale_max > 0:
+        terms.append(abs((t.max or 0.0) - (g.max or 0.0)) / scale_max)
+        terms.append(abs((t.min or 0.0) - (g.min or 0.0)) / scale_max)
+    if rms > 0 and g.mean is not None and t.mean is not None:
+        terms.append(abs(t.mean - g.mean) / rms)
+    if not terms:  # an all-zero golden: any non-zero target is a full error
+        return 0.0 if (t.norm or 0.0) == 0 else 1.0
+    return max(terms)
+
+
+def pair_error(p: PairResult) -> float | None:
+    """Relative error of one pair (0 = bitwise equal, inf = non-finite where golden is finite).
+
+    None when nothing can be said (unmatched, shape mismatch, unreadable data).
+    """
+    g, t = p.golden, p.target
+    if g is None or t is None or p.status != "compared":
+        return None
+    if p.bitwise_equal or (g.hash and t.hash and g.hash == t.hash):
+        return 0.0
+    if g.stats is not None and t.stats is not None:
+        ng, nt = g.stats, t.stats
+        if (ng.nan, ng.posinf, ng.neginf) != (nt.nan, nt.posinf, nt.neginf):
+            return math.inf
+    if not is_float(g.dtype) or not is_float(t.dtype):
+        return _discrete_error(p)
+    m = p.metrics or {}
+    rel = _num(m.get("RelativeEuclideanDistance"))
+    nmae = _num(m.get("NormalizedMaxAbsErr"))
+    if nmae is None:
+        mae, scale = _num(m.get("MaxAbsErr")), absmax(g.stats)
+        nmae = mae / scale if mae is not None and scale else None
+    terms = [x for x in (rel, nmae) if x is not None and math.isfinite(x)]
+    if terms:
+        return max(terms)
+    if p.mode == "hash" and g.hash and t.hash:
+        se = stats_error(g.stats, t.stats)
+        return se if se else math.inf  # differs bitwise, by how much is unknown
+    return stats_error(g.stats, t.stats)
+
+
+def _discrete_error(p: PairResult) -> float:
+    """Integer/bool tensors: exact or not."""
+    m = p.metrics or {}
+    mae = _num(m.get("MaxAbsErr"))
+    if mae is not None and math.isfinite(mae):
+        return 0.0 if mae == 0 else 1.0
+    se = stats_error(p.golden.stats, p.target.stats)
+    if se is None:
+        return 0.0 if (p.golden.hash and p.golden.hash == p.target.hash) else 1.0
+    return 0.0 if se == 0 else 1.0
+
+
+@dataclass
+class Noise:
+    """The calibrated noise model of one comparison."""
+
+    floor: float = 1.0  # multiples of the rounding unit that fresh ops show where their inputs agree
+    amplification: float = AMPLIFICATION  # default allowance for an op's amplification of input error
+    # op type -> [(output error / inherited error, node id)], largest first, seen in this run
+    per_op: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    run_unit: float = UNIT["float32"]  # rounding unit of the coarsest float dtype the target ran in
+    run_dtype: str = "float32"
+
+    def allowance(self, op: str, node: int) -> float:
+        """Amplification allowed to one call: the default, or twice what other calls of its op show."""
+        for ratio, n in self.per_op.get(op, ()):
+            if n != node:  # a call's own ratio must not excuse itself
+                return max(self.amplification, 2.0 * ratio)
+        return self.amplification
+
+    def threshold(self, unit_: float, inherited: float, op: str = "", node: int = -1) -> float:
+        """The error above which an op's output is its own error, not noise or inheritance."""
+        return max(SIGNIFICANT * self.floor * unit_, self.allowance(op, node) * inherited)
+
+    def agrees(self, err: float | None, unit_: float) -> bool:
+        """Whether an error is within the noise of a fresh computation (no inheritance allowed)."""
+        if err is None:
+            return True
+        if unit_ == 0:
+            return err == 0
+        return err <= SIGNIFICANT * self.floor * unit_
+
+    def to_json(self) -> dict:
+        return {
+            "floor_units": self.floor,
+            "significant_units": SIGNIFICANT,
+            "amplification": self.amplification,
+            "run_dtype": self.run_dtype,
+            "run_unit": self.run_unit,
+        }

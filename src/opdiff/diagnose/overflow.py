@@ -1,0 +1,69 @@
+"""Overflow: where inf/nan first appear in the target while the op's inputs were finite.
+
+Also warns where golden values would not fit the target's dtype (an overflow waiting to happen).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .graph import Graph, Tensor
+from .noise import RANGE, absmax, nonfinite
+
+
+@dataclass
+class Overflow:
+    tensor: int  # the first target tensor with inf/nan that golden does not have
+    node: int  # the op blamed for it (Graph.blame)
+    how: str
+    counts: dict[str, int]  # nan / posinf / neginf in the target tensor
+    golden_overflows: bool  # golden has inf/nan there too (but not the same ones)
+
+
+def _counts(t: Tensor) -> dict[str, int]:
+    s = t.target.stats if t.target is not None else None
+    return {"nan": s.nan, "posinf": s.posinf, "neginf": s.neginf} if s is not None else {}
+
+
+def first_overflow(graph: Graph) -> Overflow | None:
+    """The first target tensor with more inf/nan than golden, computed from finite tensors."""
+    for t in sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order):
+        n_t = nonfinite(t.target.stats)  # type: ignore[union-attr]
+        if n_t == 0:
+            continue
+        n_g = nonfinite(t.golden.stats) if t.golden is not None else 0
+        if t.golden is not None and _counts(t) == {"nan": t.golden.stats.nan, "posinf": t.golden.stats.posinf,  # type: ignore[union-attr]
+                                                   "neginf": t.golden.stats.neginf}:  # type: ignore[union-attr]
+            continue  # golden has exactly the same inf/nan: not the target's doing
+        if any(nonfinite(graph.tensors[s].target.stats) for s in graph.sources(t) if graph.tensors[s].target is not None):  # type: ignore[union-attr]
+            continue  # inherited from a non-finite input: the origin was seen earlier (or is unrecorded)
+        node, how = graph.blame(t)
+        return Overflow(t.id, node, how, _counts(t), n_g > 0)
+    return None
+
+
+def golden_overflows(graph: Graph) -> Tensor | None:
+    """The first tensor where golden itself has inf/nan (and target the same): worth a warning."""
+    for t in graph.tensors:
+        if t.golden is not None and nonfinite(t.golden.stats):
+            return t
+    return None
+
+
+def fit_warnings(graph: Graph, run_dtype: str, limit: int = 3) -> list[str]:
+    """Golden values beyond the range of the target's dtype: overflows waiting to happen."""
+    out: list[str] = []
+    for t in sorted((x for x in graph.tensors if x.target is not None and x.golden is not None), key=lambda x: x.order):
+        g_max = absmax(t.golden.stats)  # type: ignore[union-attr]
+        if g_max is None:
+            continue
+        for dtype in dict.fromkeys((t.target.dtype, run_dtype)):  # type: ignore[union-attr]
+            lim = RANGE.get(dtype)
+            if lim is not None and lim < 1e30 and g_max > lim:
+                node = graph.nodes[t.node]
+                out.append(f"golden values of {t.golden.name} reach {g_max:.6g}, beyond {dtype}'s range "  # type: ignore[union-attr]
+                           f"(±{lim:g}) — an overflow waiting to happen in {node.module or '<root>'} ({node.op})")
+                break
+        if len(out) >= limit:
+            break
+    return out

@@ -1,0 +1,106 @@
+"""diagnose(): compare (or reuse a comparison), build the graph, calibrate, and decide."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..compare.result import STATUS_UNMATCHED
+from ..errors import OpdiffError
+from ..store.reader import Dump, load
+from .graph import Graph, build
+from .inputs import differing_inputs
+from .local import calibrate, events
+from .overflow import first_overflow, fit_warnings, golden_overflows
+from .verdict import Diagnosis, decide
+
+# meta.json keys whose difference between the runs is worth saying (settings, not bookkeeping)
+SETTINGS = ("framework", "framework_version", "torch", "device", "default_dtype", "dtype", "threads", "num_threads",
+            "seed", "deterministic", "capture")
+
+
+def _as_dump(d: Dump | str | os.PathLike) -> Dump:
+    return d if isinstance(d, Dump) else load(d)
+
+
+def _keep(level: str | None):
+    """Which pairs a --level filter keeps: that level, the root model's records and parameters."""
+    def keep(p) -> bool:
+        rec = p.target or p.golden
+        return level is None or rec.level == level or rec.module == "" or rec.role == "parameter"
+    return keep
+
+
+def settings_diff(golden: Dump, target: Dump) -> dict[str, Any]:
+    """Run settings (meta.json) that differ between golden and target."""
+    out = {}
+    for k in SETTINGS:
+        g, t = golden.meta.get(k), target.meta.get(k)
+        if g != t and (g is not None or t is not None):
+            out[k] = {"golden": g, "target": t}
+    return out
+
+
+def _warnings(golden: Dump, target: Dump, graph: Graph, pairs, run_dtype: str) -> list[str]:
+    out: list[str] = []
+    for dump, side in ((golden, "golden"), (target, "target")):
+        out.extend(f"{side}: {p}" for p in dump.problems[:2])
+    n_g = sum(1 for p in pairs if p.status == STATUS_UNMATCHED and p.target is None)
+    n_t = sum(1 for p in pairs if p.status == STATUS_UNMATCHED and p.golden is None)
+    if n_g or n_t:
+        out.append(f"{n_g} golden and {n_t} target records have no counterpart (ops added, removed or fused); "
+                   "diagnose looks through them")
+    modes = {p.mode for p in pairs if p.status == "compared"}
+    if modes and "tensor" not in modes:
+        out.append(f"compared in {'/'.join(sorted(modes))} mode only: errors are estimated from statistics "
+                   "(capture with mode='tensor' for exact metrics and replay)")
+    if graph.root is None:
+        out.append("no record of the root model call: inputs cannot be checked and the path ends at the last op")
+    g = golden_overflows(graph)
+    if g is not None:
+        out.append(f"golden itself has inf/nan at {g.golden.name}")  # type: ignore[union-attr]
+    out.extend(fit_warnings(graph, run_dtype))
+    return out
+
+
+def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike, *, mapping=None, comparison=None,
+             replay: bool = True, level: str | None = None, direction: str = "forward", workers: int | None = None,
+             progress: bool = False) -> Diagnosis:
+    """Where does the target first go wrong, and what kind of problem is it? (docs/diagnose.md)
+
+    `comparison` reuses an `opdiff.compare.compare` result; otherwise the dumps are compared here
+    with `mapping` (a path or a loaded mapping, as for compare). With `replay`, the top candidate is
+    re-executed on golden inputs when the dumps hold what that needs (tensor mode, call lines, torch).
+    """
+    golden, target = _as_dump(golden), _as_dump(target)
+    if comparison is None:
+        from ..compare import compare
+
+        comparison = compare(golden, target, mapping=mapping, workers=workers, progress=progress)
+    pairs = [p for p in comparison.results if _keep(level)(p)]
+    graph = build(pairs, direction)
+    if not any(t.golden is not None and t.target is not None for t in graph.tensors):
+        what = f" at level {level!r}" if level else ""
+        raise OpdiffError(f"{target.root}: no {direction} record{what} pairs with one of {golden.root}: nothing to diagnose")
+    noise = calibrate(graph)
+    evs = events(graph, noise)
+    warnings = _warnings(golden, target, graph, pairs, noise.run_dtype)
+    diag = decide(graph, noise, evs, first_overflow(graph), differing_inputs(graph, noise), warnings,
+                  replayable=replay)
+    settings = settings_diff(golden, target)
+    if settings:
+        diag.evidence["settings"] = settings
+    diag.counts = {
+        "pairs": len(pairs),
+        "compared": sum(1 for p in pairs if p.status == "compared"),
+        "unmatched_golden": sum(1 for p in pairs if p.target is None),
+        "unmatched_target": sum(1 for p in pairs if p.golden is None),
+        "nodes": len(graph.nodes),
+        "levels": sorted(graph.levels),
+        "events": len(evs),
+    }
+    if replay and diag.culprit is not None:
+        from ..replay import confirm
+
+        diag.replay = confirm(golden, target, diag)
+    return diag

@@ -1,0 +1,322 @@
+"""Pick exactly one verdict (pass | inputs-differ | overflow | fault | drift) with its evidence and advice."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .graph import Graph, Node, Tensor
+from .local import Event, contributions
+from .noise import DRIFT, Noise
+from .overflow import Overflow
+
+VERDICTS = ("pass", "inputs-differ", "overflow", "fault", "drift")
+SCHEMA_VERSION = 1
+# an event this many times weaker than the strongest is not taken as the culprit just for being earlier
+CULPRIT_MARGIN = 1e3
+
+
+@dataclass
+class Diagnosis:
+    """The answer of diagnose: one verdict, the culprit if any, and why (docs/diagnose.md)."""
+
+    verdict: str
+    summary: str
+    culprit: dict[str, Any] | None = None
+    first_divergence: dict[str, Any] | None = None
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    advice: str = ""
+    path_of_divergence: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    noise: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, Any] = field(default_factory=dict)
+    replay: dict[str, Any] | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict == "pass" else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "verdict": self.verdict,
+            "summary": self.summary,
+            "culprit": self.culprit,
+            "first_divergence": self.first_divergence,
+            "candidates": self.candidates,
+            "path_of_divergence": self.path_of_divergence,
+            "evidence": self.evidence,
+            "advice": self.advice,
+            "warnings": self.warnings,
+            "noise": self.noise,
+            "counts": self.counts,
+            "replay": self.replay,
+        }
+
+
+def _num(x: float | None) -> float | None:
+    if x is None:
+        return None
+    return x if math.isfinite(x) else (None if math.isnan(x) else (1e308 if x > 0 else -1e308))
+
+
+def units(t: Tensor) -> float | None:
+    """A tensor pair's error in rounding units of its lower-precision dtype."""
+    if t.err is None:
+        return None
+    if t.unit == 0:
+        return 0.0 if t.err == 0 else math.inf
+    return t.err / t.unit
+
+
+def tensor_info(graph: Graph, t: Tensor) -> dict[str, Any]:
+    """What the reports say about one tensor pair."""
+    rec = t.rec
+    node = graph.node_of(t)
+    m = t.pair.metrics or {}
+    return {
+        "target": t.target.name if t.target is not None else None,
+        "golden": t.golden.name if t.golden is not None else None,
+        "module": rec.module,
+        "op": node.op if node is not None else rec.op,
+        "role": rec.role,
+        "pos": rec.pos,
+        "dtype": {"golden": t.golden.dtype if t.golden else None, "target": t.target.dtype if t.target else None},
+        "shape": list(rec.shape),
+        "error": _num(t.err),
+        "error_units": _num(units(t)),
+        "cosine": m.get("Cosine"),
+        "max_abs_err": m.get("MaxAbsErr"),
+        "result": t.pair.result,
+        "match": t.pair.match,
+    }
+
+
+def node_info(graph: Graph, node: Node) -> dict[str, Any]:
+    return {"node": node.name, "module": node.module, "op": node.op, "level": node.level, "golden_node": node.golden}
+
+
+def _main_output(graph: Graph, node: Node, fallback: Tensor) -> Tensor:
+    """The culprit's output pair to name: its worst matched output, else the evidence tensor."""
+    outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
+    if not outs:
+        return fallback
+    return max(outs, key=lambda t: (t.err if t.err is not None and not math.isnan(t.err) else -1.0))
+
+
+def _reason(graph: Graph, ev_tensor: Tensor, how: str, node: Node, inherited_units: float | None) -> str:
+    u = units(ev_tensor)
+    err = "non-finite" if u is None or not math.isfinite(u) else f"{u:.3g} rounding units"
+    inh = "exactly" if not inherited_units else f"within {inherited_units:.3g} units"
+    rec = ev_tensor.rec
+    if how == "output":
+        return f"its inputs agree with golden ({inh}) but its output {rec.pos} is off by {err}: the error is its own"
+    if how == "parameter":
+        return f"its parameter {rec.pos or rec.name} differs from golden by {err}"
+    if how == "inserted":
+        return (f"an op golden does not have ({node.op} in {node.module or '<root>'}) changed the tensor that "
+                f"{graph.node_of(ev_tensor).name} reads (off by {err}) while its own inputs agree")  # type: ignore[union-attr]
+    if how == "parent":
+        child = graph.node_of(ev_tensor)
+        return (f"everything it computed before agrees ({inh}), but the input of its child {child.name} "  # type: ignore[union-attr]
+                f"is off by {err}: its own code between its children changed it")
+    return f"it reads a tensor no recorded op produced ({rec.pos}, a weight or buffer?) that differs from golden by {err}"
+
+
+_ADVICE = [
+    (r"norm", "Check the normalization's epsilon, affine weights and the dtype it computes its variance in."),
+    (r"gelu|silu|swish|relu|act|tanh|sigmoid", "Check the activation variant (exact GELU vs its tanh approximation, fused approximations) and its dtype."),
+    (r"attention|attn|sdpa|softmax|baddbmm|bmm|SelfAttention", "Check the attention scale, the mask and the dtype the scores and softmax are computed in."),
+    (r"_to_copy|\bto\b|type_as|cast|float|half|bfloat16", "A dtype cast the golden run does not do: find where the target rounds this tensor and keep it in the golden's precision."),
+    (r"linear|addmm|\bmm\b|matmul|conv|Conv1D|proj|dense|fc", "Check this layer's weights and bias (loading, transposes, quantization) and the precision of its matmul."),
+    (r"embed", "Check the embedding table and the ids it is indexed with."),
+]
+
+
+def _advice(node: Node, how: str, replayable: bool) -> str:
+    parts = []
+    if how == "parameter":
+        parts.append("The weights differ: check how the target loads or converts its checkpoint.")
+    elif how == "parent":
+        parts.append(f"Look at {node.module or 'the model'}'s own forward code between its child modules "
+                     "(residual adds, scaling, reshapes, masks).")
+    for pattern, text in _ADVICE:
+        if re.search(pattern, f"{node.op} {node.module}", re.I):
+            parts.append(text)
+            break
+    if replayable:
+        parts.append(f"Confirm with: opdiff replay GOLDEN TARGET '{node.name}'.")
+    return " ".join(parts) or "Compare this op's implementation and settings with golden's."
+
+
+def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: int = 40) -> list[dict[str, Any]]:
+    """From the culprit to the model output: diverging calls, one per module at the culprit's level."""
+    comps = culprit.module.split(".") if culprit.module else []
+    prefixes = {".".join(comps[:i]) for i in range(len(comps) + 1)}
+    entries: list[dict[str, Any]] = []
+    for t in sorted((x for x in graph.tensors if x.target is not None and x.role == "output"), key=lambda x: x.order):
+        if t.order < start_order or t.err is None or noise.agrees(t.err, t.unit):
+            continue
+        node = graph.nodes[t.node]
+        mc = node.module.split(".") if node.module else []
+        depth = max(i for i in range(len(mc) + 1) if ".".join(mc[:i]) in prefixes)
+        key = ".".join(mc[: depth + 1])
+        u = units(t)
+        entry = {"module": key, "node": node.name, "op": node.op, "record": t.target.name,  # type: ignore[union-attr]
+                 "error_units": _num(u), "cosine": (t.pair.metrics or {}).get("Cosine")}
+        if entries and entries[-1]["module"] == key:
+            entries[-1] = entry
+        else:
+            entries.append(entry)
+    if len(entries) > limit:
+        entries = entries[: limit - 1] + [entries[-1]]
+    return entries
+
+
+def _first_divergence(graph: Graph, noise: Noise) -> Tensor | None:
+    for t in sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order):
+        if t.err is not None and not noise.agrees(t.err, t.unit):
+            return t
+    return None
+
+
+def _candidates(graph: Graph, events: list[Event]) -> list[tuple[Node, Event, float]]:
+    """Blamed nodes with their first event and strongest jump, in order of first event."""
+    by_node: dict[int, tuple[Event, float]] = {}
+    for ev in events:
+        first, best = by_node.get(ev.node, (ev, 0.0))
+        by_node[ev.node] = (first, max(best, ev.jump))
+    return [(graph.nodes[n], ev, j) for n, (ev, j) in by_node.items()]
+
+
+def _pick(cands: list[tuple[Node, Event, float]]) -> int | None:
+    """Index of the culprit: the earliest candidate not dwarfed by a much stronger one."""
+    if not cands:
+        return None
+    strongest = max(min(j, 1e300) for _, _, j in cands)
+    floor = max(1.0, strongest / CULPRIT_MARGIN)
+    for i, (_, _, j) in enumerate(cands):
+        if j >= floor:
+            return i
+    return 0
+
+
+def decide(graph: Graph, noise: Noise, events: list[Event], overflow: Overflow | None,
+           inputs_differ: list[Tensor], warnings: list[str], replayable: bool = False) -> Diagnosis:
+    """The one verdict and everything the reports print about it."""
+    first = _first_divergence(graph, noise)
+    d = Diagnosis(verdict="pass", summary="", noise=noise.to_json(), warnings=list(warnings))
+    d.first_divergence = tensor_info(graph, first) if first is not None else None
+    cands = _candidates(graph, events)
+    pick = _pick(cands)
+
+    if inputs_differ:
+        d.verdict = "inputs-differ"
+        names = ", ".join(t.rec.pos for t in inputs_differ)
+        d.summary = f"the model's own inputs differ ({names}): no op is to blame"
+        d.evidence = {"inputs": [tensor_info(graph, t) for t in inputs_differ]}
+        d.advice = ("Make both runs see the same inputs: same data and order, same seeds, random preprocessing and "
+                    "augmentation off, same tokenizer; then compare again.")
+        return d
+
+    ev_first = cands[pick][1] if pick is not None else None
+    if overflow is not None and (ev_first is None or graph.tensors[overflow.tensor].order <= graph.tensors[ev_first.tensor].order):
+        node = graph.nodes[overflow.node]
+        t = graph.tensors[overflow.tensor]
+        main = _main_output(graph, node, t)
+        also = ("golden has inf/nan there too, but not the same ones" if overflow.golden_overflows
+                else "golden stays finite there")
+        reason = (f"inf/nan first appear in {t.rec.name} ({', '.join(f'{k}={v}' for k, v in overflow.counts.items() if v)}) "
+                  f"while its inputs are finite; {also}")
+        d.verdict = "overflow"
+        d.culprit = {**node_info(graph, node), "golden": main.golden.name if main.golden else None,
+                     "target": main.target.name if main.target else None, "reason": reason,
+                     "how": overflow.how, "golden_overflows": overflow.golden_overflows}
+        d.summary = f"overflow in {node.module or '<root>'} ({node.op}): {reason}"
+        d.evidence = _node_evidence(graph, node, t)
+        d.advice = ("Compute this op in a wider dtype (fp32 or bf16 instead of fp16), subtract the max before exp, "
+                    "or rescale its inputs; golden's values show how large they get.")
+        d.path_of_divergence = _path(graph, t.order, node, noise)
+        d.candidates = [_cand_json(graph, 1, node, None, math.inf, reason)] + [
+            _cand_json(graph, i + 2, n, ev, j, None) for i, (n, ev, j) in enumerate(sorted(cands, key=lambda c: -c[2])[:9])]
+        return d
+
+    if pick is not None:
+        node, ev, jump = cands[pick]
+        t = graph.tensors[ev.tensor]
+        inh_units = max((units(s) or 0.0 for s in graph.known_sources(t)), default=0.0)
+        reason = _reason(graph, t, ev.how, node, inh_units)
+        main = _main_output(graph, node, t)
+        d.verdict = "fault"
+        d.culprit = {**node_info(graph, node), "golden": main.golden.name if main.golden else None,
+                     "target": main.target.name if main.target else None, "reason": reason, "how": ev.how,
+                     "evidence_record": t.target.name if t.target else None, "score": _num(jump)}
+        d.summary = f"{node.module or '<root>'} ({node.op}) is the culprit: {reason}"
+        d.evidence = _node_evidence(graph, node, t)
+        d.advice = _advice(node, ev.how, replayable)
+        d.path_of_divergence = _path(graph, t.order, node, noise)
+        ranked = [cands[pick]] + sorted((c for i, c in enumerate(cands) if i != pick), key=lambda c: -c[2])
+        d.candidates = [_cand_json(graph, i + 1, n, e, j, None) for i, (n, e, j) in enumerate(ranked[:10])]
+        return d
+
+    out_errs = _output_errors(graph)
+    worst = max(out_errs, key=lambda x: x[1], default=None)
+    growth = worst[1] / noise.run_unit if worst is not None else 0.0
+    if worst is not None and growth > DRIFT * noise.floor:
+        d.verdict = "drift"
+        top = contributions(graph, noise)
+        d.summary = (f"error grows gradually to {growth:.3g} units of {noise.run_dtype} at the model output "
+                     f"with no single op to blame")
+        d.evidence = {"output": [tensor_info(graph, t) for t, _ in out_errs[:4]],
+                      "top_contributors": [{**node_info(graph, graph.nodes[n]), "gain": _num(g)} for n, g in top]}
+        d.candidates = [{"rank": i + 1, **node_info(graph, graph.nodes[n]), "score": _num(g),
+                         "reason": f"multiplies the error it receives by {g:.3g}"} for i, (n, g) in enumerate(top)]
+        d.advice = ("Expected when the target runs in lower precision: keep sensitive ops (norms, softmax, "
+                    "reductions, residual adds) in fp32, or judge the result with a tolerance for "
+                    f"{noise.run_dtype}. The ops above add the most error.")
+        return d
+
+    d.verdict = "pass"
+    d.summary = ("target agrees with golden everywhere within the noise of the comparison"
+                 + (f" ({noise.run_dtype} rounding)" if noise.run_dtype != "float32" else ""))
+    d.evidence = {"output": [tensor_info(graph, t) for t, _ in out_errs[:4]]}
+    d.advice = "Nothing to fix."
+    return d
+
+
+def _output_errors(graph: Graph) -> list[tuple[Tensor, float]]:
+    """The model's output pairs (root outputs, else the last outputs) with their errors."""
+    if graph.root is not None:
+        outs = [graph.tensors[i] for i in graph.nodes[graph.root].outputs]
+    else:
+        outs = sorted((t for t in graph.tensors if t.target is not None and t.role == "output"), key=lambda t: t.order)[-4:]
+    return [(t, t.err) for t in outs if t.err is not None and math.isfinite(t.err) and t.unit > 0]
+
+
+def _node_evidence(graph: Graph, node: Node, t: Tensor) -> dict[str, Any]:
+    pick = lambda ids: [tensor_info(graph, graph.tensors[i]) for i in ids[:8]]  # noqa: E731
+    ev = {"inputs": pick(node.inputs), "parameters": pick(node.params), "outputs": pick(node.outputs)}
+    if t.id not in node.inputs + node.outputs + node.params:
+        ev["diverging"] = [tensor_info(graph, t)]
+    return ev
+
+
+def _cand_json(graph: Graph, rank: int, node: Node, ev: Event | None, jump: float, reason: str | None) -> dict[str, Any]:
+    t = graph.tensors[ev.tensor] if ev is not None else None
+    main = _main_output(graph, node, t) if t is not None else None
+    return {
+        "rank": rank,
+        **node_info(graph, node),
+        "golden": main.golden.name if main is not None and main.golden else None,
+        "target": main.target.name if main is not None and main.target else None,
+        "score": _num(jump),
+        "how": ev.how if ev is not None else "overflow",
+        "record": t.target.name if t is not None and t.target else None,
+        "error_units": _num(units(t)) if t is not None else None,
+        "inherited_units": _num(ev.inherited / t.unit) if ev is not None and t is not None and t.unit else None,
+        "reason": reason or (f"output {ev.err / t.unit:.3g} units vs threshold {ev.threshold / t.unit:.3g} units"
+                             if ev is not None and t is not None and t.unit else "differs exactly"),
+    }
