@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..compare.result import PairResult
+from ..errors import DumpError
 from ..store.format import Record
-from .noise import pair_error, unit
+from ..store.reader import Dump
+from .noise import has_fill, masked_error, pair_error, unit
 
 
 @dataclass
@@ -71,6 +73,15 @@ class Graph:
     producer: dict[int, int]  # input tensor id -> output tensor id it is (the same tensor, earlier)
     golden_only: list[int]
     levels: set[str]
+    consumers: dict[int, list[int]] = field(default_factory=dict)  # tensor id -> input tensor ids that are it
+    owner: dict[str, int] = field(default_factory=dict)  # module path -> its first (non-parameter) call
+
+    def __post_init__(self) -> None:
+        for inp, out in self.producer.items():
+            self.consumers.setdefault(out, []).append(inp)
+        for n in sorted(self.nodes, key=lambda n: n.start):
+            if n.op != "parameter" and n.level != "param":
+                self.owner.setdefault(n.module, n.id)
 
     def node_of(self, t: Tensor) -> Node | None:
         return self.nodes[t.node] if t.node >= 0 else None
@@ -126,7 +137,7 @@ class Graph:
         if t.role in ("output", "gradient"):
             return node.id, "output"
         if t.role == "parameter":
-            return node.id, "parameter"
+            return self.owner.get(node.module, node.id), "parameter"
         p = self.producer.get(t.id)
         if p is not None and self.tensors[p].err is None:
             return self._inserted_origin(self.tensors[p]), "inserted"
@@ -159,6 +170,16 @@ class Graph:
             cur = nxt
         return best
 
+    def consumer_nodes(self, t: Tensor) -> list[tuple[Node, int]]:
+        """The calls that read `t`, each with the id of its input tensor that is `t`."""
+        if t.role == "input":
+            node = self.node_of(t)
+            return [(node, t.id)] if node is not None else []
+        return [(self.nodes[self.tensors[i].node], i) for i in self.consumers.get(t.id, [])]
+
+    def is_model_output(self, t: Tensor) -> bool:
+        return self.root is not None and t.id in self.nodes[self.root].outputs
+
     def ancestors(self, node: Node) -> list[Node]:
         out = []
         while node.parent is not None:
@@ -177,8 +198,24 @@ def _identity_key(r: Record):
     return (r.dtype, r.shape, s.min, s.max, s.mean, s.norm, s.zeros)
 
 
-def build(pairs: list[PairResult], direction: str = "forward") -> Graph:
-    """The graph of the target run's `direction` pass, with each record pair's error."""
+def _error(p: PairResult, golden: Dump | None, target: Dump | None) -> float | None:
+    """A pair's relative error; masks are compared on their unmasked elements when data is at hand."""
+    err = pair_error(p)
+    if err and p.golden is not None and p.target is not None and golden is not None and target is not None \
+            and has_fill(p.golden) and p.golden.has_data and p.target.has_data:
+        try:
+            return masked_error(golden.tensor(p.golden), target.tensor(p.target), p.golden.dtype, p.target.dtype)
+        except DumpError:
+            return err
+    return err
+
+
+def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | None = None,
+          target: Dump | None = None) -> Graph:
+    """The graph of the target run's `direction` pass, with each record pair's error.
+
+    With the dumps at hand, mask-like tensors are compared on their unmasked elements.
+    """
     tensors: list[Tensor] = []
     golden_only: list[int] = []
     nodes: list[Node] = []
@@ -191,7 +228,7 @@ def build(pairs: list[PairResult], direction: str = "forward") -> Graph:
             continue
         g, t = p.golden, p.target
         tid = len(tensors)
-        tensors.append(Tensor(tid, p, g, t, pair_error(p), unit(g.dtype if g else None, t.dtype if t else None)))
+        tensors.append(Tensor(tid, p, g, t, _error(p, golden, target), unit(g.dtype if g else None, t.dtype if t else None)))
         if t is None:
             golden_only.append(tid)
             continue

@@ -14,7 +14,8 @@ from statistics import median
 from .graph import Graph, Tensor
 from .noise import AMPLIFICATION, UNIT, Noise
 
-MAX_FLOOR = 8.0  # a fresh op of correct code never shows more than this many units as "noise" floor
+MAX_FLOOR = 8.0
+PROPAGATION_HOPS = 12  # how far an error is followed to see that it matters downstream  # a fresh op of correct code never shows more than this many units as "noise" floor
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Event:
     inherited: float
     threshold: float
     jump: float  # err / threshold (> 1)
+    propagates: bool = True  # whether the error reaches what the ops reading the tensor compute
 
 
 def inherited(graph: Graph, t: Tensor) -> float:
@@ -84,8 +86,31 @@ def events(graph: Graph, noise: Noise) -> list[Event]:
             jump = t.err / thr if thr > 0 else math.inf
         if jump > 1:
             blamed, how = graph.blame(t)
-            out.append(Event(t.id, blamed, how, t.err, inh, thr, jump))
+            out.append(Event(t.id, blamed, how, t.err, inh, thr, jump, propagates(graph, noise, t)))
     return out
+
+
+def propagates(graph: Graph, noise: Noise, t: Tensor) -> bool:
+    """Whether `t`'s error shows in what its readers compute, beyond what their other inputs explain.
+
+    A difference nothing reads (an op's unused extra output, like a norm's saved mean) or that its
+    readers wash out is no culprit. Without producer links (module-level dumps) readers are not
+    always known: there it is assumed to propagate.
+    """
+    if graph.is_model_output(t):
+        return True
+    readers = graph.consumer_nodes(t)
+    if not readers:
+        return graph.module_level or t.role == "parameter"
+    for node, via in readers:
+        outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
+        if not outs:
+            return True  # an op golden does not have, or outputs not recorded: cannot tell
+        others = [s for s in node.inputs + node.params if s != via]
+        inh = max((graph.tensors[s].err or 0.0 for s in others), default=0.0)
+        if any(o.err is not None and o.err > noise.threshold(o.unit, inh, node.op, node.id) for o in outs):
+            return True
+    return False
 
 
 def contributions(graph: Graph, noise: Noise, top: int = 5) -> list[tuple[int, float]]:

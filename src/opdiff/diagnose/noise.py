@@ -9,11 +9,14 @@ comparison itself (docs/diagnose.md, "Noise").
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from dataclasses import dataclass, field
 
 from ..compare.result import PairResult
+from ..metrics.tensor import tensor_metrics
 from ..metrics.thresholds import ROUNDING_UNIT
-from ..store.format import FLOAT_DTYPES, Stats
+from ..store.format import FLOAT_DTYPES, Record, Stats
 
 UNIT: dict[str, float] = ROUNDING_UNIT  # the largest relative error one rounding makes, per dtype
 # largest finite value of each float dtype: beyond it a cast overflows
@@ -30,7 +33,8 @@ RANGE: dict[str, float] = {
 #   max(SIGNIFICANT * floor * unit, AMPLIFICATION * inherited error)
 SIGNIFICANT = 32.0  # units of rounding above which a fresh error is no rounding noise
 AMPLIFICATION = 8.0  # how much an op may legitimately amplify the relative error of its inputs
-DRIFT = 16.0  # output error (in units of the run's coarsest precision) above which error has drifted
+DRIFT = 16.0
+FILL = 0.5  # |x| beyond this share of the dtype's range is a mask fill value (finfo.min), not data  # output error (in units of the run's coarsest precision) above which error has drifted
 
 
 def unit(*dtypes: str | None) -> float:
@@ -80,6 +84,35 @@ def stats_error(g: Stats | None, t: Stats | None) -> float | None:
     if not terms:  # an all-zero golden: any non-zero target is a full error
         return 0.0 if (t.norm or 0.0) == 0 else 1.0
     return max(terms)
+
+
+def has_fill(rec: Record | None) -> bool:
+    """Whether a tensor holds mask fill values (the dtype's finfo.min/max, as attention masks do)."""
+    if rec is None or rec.dtype not in RANGE:
+        return False
+    m = absmax(rec.stats)
+    return m is not None and m >= FILL * RANGE[rec.dtype]
+
+
+def masked_error(g: np.ndarray, t: np.ndarray, g_dtype: str, t_dtype: str) -> float:
+    """Error of a mask-like pair over the elements that are not fill values on either side.
+
+    -3.40e38 (fp32's finfo.min) and -3.39e38 (bf16's) both mean "masked": that difference is no
+    error; a different set of masked elements is a full one.
+    """
+    g = np.asarray(g, dtype=np.float64)
+    t = np.asarray(t, dtype=np.float64)
+    fill_g = np.abs(g) >= FILL * RANGE[g_dtype]
+    fill_t = np.abs(t) >= FILL * RANGE.get(t_dtype, RANGE[g_dtype])
+    if g.shape != t.shape or (fill_g != fill_t).any() or (np.sign(g[fill_g]) != np.sign(t[fill_t])).any():
+        return 1.0
+    keep = ~fill_g
+    if not keep.any():
+        return 0.0
+    m = tensor_metrics(g[keep], t[keep])
+    terms = [x for x in (_num(m.get("RelativeEuclideanDistance")), _num(m.get("NormalizedMaxAbsErr")))
+             if x is not None and math.isfinite(x)]
+    return max(terms) if terms else 0.0
 
 
 def pair_error(p: PairResult) -> float | None:

@@ -78,7 +78,7 @@ def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike,
 
         comparison = compare(golden, target, mapping=mapping, workers=workers, progress=progress)
     pairs = [p for p in comparison.results if _keep(level)(p)]
-    graph = build(pairs, direction)
+    graph = build(pairs, direction, golden, target)
     if not any(t.golden is not None and t.target is not None for t in graph.tensors):
         what = f" at level {level!r}" if level else ""
         raise OpdiffError(f"{target.root}: no {direction} record{what} pairs with one of {golden.root}: nothing to diagnose")

@@ -188,20 +188,23 @@ def _candidates(graph: Graph, events: list[Event]) -> list[tuple[Node, Event, fl
     by_node: dict[int, tuple[Event, float]] = {}
     for ev in events:
         first, best = by_node.get(ev.node, (ev, 0.0))
+        if ev.propagates and not first.propagates:
+            first = ev  # a node's first event whose error matters speaks for it
         by_node[ev.node] = (first, max(best, ev.jump))
     return [(graph.nodes[n], ev, j) for n, (ev, j) in by_node.items()]
 
 
 def _pick(cands: list[tuple[Node, Event, float]]) -> int | None:
-    """Index of the culprit: the earliest candidate not dwarfed by a much stronger one."""
-    if not cands:
+    """Index of the culprit: the earliest candidate whose error propagates, not dwarfed by a much stronger one."""
+    live = [(i, j) for i, (_, ev, j) in enumerate(cands) if ev.propagates]
+    if not live:
         return None
-    strongest = max(min(j, 1e300) for _, _, j in cands)
+    strongest = max(min(j, 1e300) for _, j in live)
     floor = max(1.0, strongest / CULPRIT_MARGIN)
-    for i, (_, _, j) in enumerate(cands):
+    for i, j in live:
         if j >= floor:
             return i
-    return 0
+    return live[0][0]
 
 
 def decide(graph: Graph, noise: Noise, events: list[Event], overflow: Overflow | None,
