@@ -6,11 +6,13 @@ Order of the passes (each only sees records no earlier pass paired):
    `extra["fused_from"]` provenance): its outputs pair with the last golden op's outputs, its
    inputs with the first one's inputs,
 3. the mapping file's regex renames of target names,
-4. equal record names,
+4. equal record names — except for a (module, op) called a different number of times in the two
+   runs, where an inserted call shifts the call counters: those go to the sequence pass,
 5. sequence alignment of what is left between consecutive paired records, on
-   (direction, module, op, role, pos), then (direction, op, role, pos, shape) for renamed modules,
-   then (direction, module, role, pos, shape) for renamed ops. Keys must be equal, so unrelated
-   tensors are never paired; what stays unpaired is reported on its side.
+   (direction, module, op, role, pos, shape), then without the module (renamed module), then
+   without the op (renamed op), then without the shape (same op, other shape: reported as a shape
+   mismatch). Keys must be equal, so unrelated tensors are never paired; what stays unpaired is
+   reported on its side.
 """
 
 from __future__ import annotations
@@ -120,9 +122,12 @@ class _Aligner:
                     gi = self.g_name.get(new)
                     if new != r.name and gi is not None:
                         self.pair(gi, ti, MATCH_MAPPING, f"renamed to {new}")
+        # a (module, op) called a different number of times in the two runs: its call counters may be
+        # shifted by an inserted call, so its names prove nothing; the sequence pass pairs it
+        calls_g, calls_t = _calls(self.G), _calls(self.T)
         for ti, r in enumerate(self.T):
             gi = self.g_name.get(r.name)
-            if gi is not None and self.g_of_t[ti] < 0:
+            if gi is not None and self.g_of_t[ti] < 0 and calls_g.get((r.module, r.op)) == calls_t.get((r.module, r.op)):
                 self.pair(gi, ti, MATCH_NAME)
 
     # 5. sequence alignment between anchors
@@ -136,9 +141,10 @@ class _Aligner:
             return
         t_module = [self.map.rename(r.module) if self.map and self.map.renames else r.module for r in self.T]
         keyfns = (
-            (lambda r, mod: (r.direction, mod, r.op, r.role, r.pos)),
-            (lambda r, mod: (r.direction, r.op, r.role, r.pos, r.shape)),
-            (lambda r, mod: (r.direction, mod, r.role, r.pos, r.shape)),
+            (lambda r, mod: (r.direction, mod, r.op, r.role, r.pos, r.shape)),
+            (lambda r, mod: (r.direction, r.op, r.role, r.pos, r.shape)),  # module renamed
+            (lambda r, mod: (r.direction, mod, r.role, r.pos, r.shape)),  # op renamed
+            (lambda r, mod: (r.direction, mod, r.op, r.role, r.pos)),  # same op, other shape: a shape mismatch
         )
         ids: dict[tuple, int] = {}
         keys_g = [[ids.setdefault(f(r, r.module), len(ids)) for r in self.G] for f in keyfns]
@@ -180,6 +186,14 @@ class _Aligner:
             rows.append((last_t, 1, gi, p))
         rows.sort(key=lambda row: row[:3])
         return [row[3] for row in rows]
+
+
+def _calls(records: list[Record]) -> dict[tuple[str, str], int]:
+    """Number of distinct calls of each (module, op)."""
+    seen: dict[tuple[str, str], set[int]] = {}
+    for r in records:
+        seen.setdefault((r.module, r.op), set()).add(r.call)
+    return {k: len(v) for k, v in seen.items()}
 
 
 def _nodes(records: list[Record]) -> dict[str, list[int]]:

@@ -76,6 +76,12 @@ def _compile(where: str, pattern: Any) -> re.Pattern:
         raise ValueError(f"{where}: bad regex {pattern!r} ({exc})") from None
 
 
+def _probe(pattern: re.Pattern) -> re.Pattern:
+    """A regex with the same groups as `pattern` that matches "": expands a replacement to validate it."""
+    names = {i: n for n, i in pattern.groupindex.items()}
+    return re.compile("".join(f"(?P<{names[i]}>)" if i in names else "()" for i in range(1, pattern.groups + 1)))
+
+
 def mapping_from_dict(doc: Any, source: str = "") -> Mapping:
     """Validate a parsed mapping document; raises ValueError naming the bad entry."""
     if doc is None:
@@ -94,7 +100,7 @@ def mapping_from_dict(doc: Any, source: str = "") -> Mapping:
             raise ValueError(f"rename[{i}]: expected {{target: REGEX, golden: REPLACEMENT}}")
         rn = Rename(_compile(f"rename[{i}].target", r["target"]), r["golden"])
         try:
-            rn.pattern.sub(rn.golden, "")
+            _probe(rn.pattern).sub(rn.golden, "")
         except (re.error, IndexError) as exc:
             raise ValueError(f"rename[{i}].golden: bad replacement {r['golden']!r} ({exc})") from None
         renames.append(rn)

@@ -24,7 +24,8 @@ A_SUM_GC, A_SUM_TC, A_SUM_GC2, A_SUM_TC2 = 5, 6, 7, 8  # shifted sums for mean/s
 A_SUM_REL, A_CNT_1K, A_CNT_5K, A_SUM_ACC = 9, 10, 11, 12
 A_KL_SA, A_KL_SB, A_KL_SL = 13, 14, 15
 A_MAX_AD, A_MAX_REL, A_WORST_G, A_WORST_T = 16, 17, 18, 19
-N_ACC = 20
+A_KL_SD = 20  # sum of (a - b): log(B/A) = -log1p(SD/B) without cancelling two large sums
+N_ACC = 21
 # int64 counter slots
 C_G_NAN, C_G_PINF, C_G_NINF, C_T_NAN, C_T_PINF, C_T_NINF = 0, 1, 2, 3, 4, 5
 C_MISMATCH, C_FIRST_MISMATCH, C_WORST_IDX, C_FINITE, C_DIFF = 6, 7, 8, 9, 10
@@ -109,6 +110,7 @@ def _relative(g, t, p, acc, sad, srel):
     sa = 0.0
     sb = 0.0
     sl = 0.0
+    sd = 0.0
     far = 0.0
     gmin = p[P_GMIN]
     ginv = p[P_GINV]
@@ -131,6 +133,7 @@ def _relative(g, t, p, acc, sad, srel):
         b = b if b > EPS32 else EPS32
         sa += a
         sb += b
+        sd += a - b
         x = (a - b) / b
         ok = abs(x) < KL_SERIES_MAX
         lg = x * (1.0 - x * (0.5 - x * (1.0 / 3.0 - x * 0.25)))
@@ -143,6 +146,7 @@ def _relative(g, t, p, acc, sad, srel):
     acc[A_KL_SA] += sa
     acc[A_KL_SB] += sb
     acc[A_KL_SL] += sl
+    acc[A_KL_SD] += sd
     return far
 
 
@@ -263,6 +267,7 @@ def chunk_careful(g, t, p, acc, cnt, base):
         b = max((gi - p[P_GMIN]) * p[P_GINV], EPS32)
         acc[A_KL_SA] += a
         acc[A_KL_SB] += b
+        acc[A_KL_SD] += a - b
         acc[A_KL_SL] += a * math.log1p((a - b) / b)
         if cnt[C_WORST_IDX] < 0 or ad > acc[A_MAX_AD]:
             acc[A_MAX_AD] = ad

@@ -264,8 +264,8 @@ def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float 
     else:
         red = None
         msgs.append("RelativeEuclideanDistance N/A: golden is all zero")
-    sa, sb = a[K.A_KL_SA], a[K.A_KL_SB]
-    kl = a[K.A_KL_SL] / sa + math.log(sb / sa)
+    # KL = sum(a log(a/b))/A + log(B/A), with log(B/A) = -log1p(sum(a - b)/B) (no cancellation)
+    kl = a[K.A_KL_SL] / a[K.A_KL_SA] - math.log1p(a[K.A_KL_SD] / a[K.A_KL_SB])
     if abs(kl) < K.EPS64:
         kl = 0.0
     g_mean, g_std = _mean_std(a[K.A_SUM_GC], a[K.A_SUM_GC2], shifts[0], n)

@@ -133,7 +133,7 @@ def _u_band(red_pass: int, max_pass: int, red_warn: int, max_warn: int, stats: b
 
 def _default() -> Thresholds:
     high = (64, 256, 1024, 4096)  # fp32/fp64: ops compute at storage precision, rounding grows with depth
-    low = (8, 32, 32, 128)  # fp16/bf16: fp32 accumulation, error dominated by a few output roundings
+    low = (8, 32, 16, 64)  # fp16/bf16: fp32 accumulation, error dominated by a few output roundings
     fp8 = (1, 2, 2, 4)
     table = {"float64": high, "float32": high, "float16": low, "bfloat16": low,
              "float8_e4m3fn": fp8, "float8_e5m2": fp8}
