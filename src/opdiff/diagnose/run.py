@@ -15,8 +15,8 @@ from .overflow import first_overflow, fit_warnings, golden_overflows
 from .verdict import Diagnosis, decide
 
 # meta.json keys whose difference between the runs is worth saying (settings, not bookkeeping)
-SETTINGS = ("framework", "framework_version", "torch", "device", "default_dtype", "dtype", "threads", "num_threads",
-            "seed", "deterministic", "capture")
+SETTINGS = ("framework", "framework_version", "device", "default_dtype", "num_threads", "seed", "level", "mode",
+            "world_size")
 
 
 def _as_dump(d: Dump | str | os.PathLike) -> Dump:
@@ -63,6 +63,18 @@ def _warnings(golden: Dump, target: Dump, graph: Graph, pairs, run_dtype: str) -
     return out
 
 
+def golden_names(graph: Graph, node_name: str) -> dict[str, str]:
+    """Golden record names of a node's tensors (for an op golden lacks: of the tensors its inputs are)."""
+    node = next((n for n in graph.nodes if n.name == node_name), None)
+    out: dict[str, str] = {}
+    for i in node.inputs + node.params + node.outputs if node else []:
+        t = graph.tensors[i]
+        src = t if t.golden is not None else graph.tensors[graph.producer[i]] if i in graph.producer else None
+        if src is not None and src.golden is not None and t.target is not None:
+            out[t.target.name] = src.golden.name
+    return out
+
+
 def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike, *, mapping=None, comparison=None,
              replay: bool = True, level: str | None = None, direction: str = "forward", workers: int | None = None,
              progress: bool = False) -> Diagnosis:
@@ -102,5 +114,5 @@ def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike,
     if replay and diag.culprit is not None:
         from ..replay import confirm
 
-        diag.replay = confirm(golden, target, diag)
+        diag.replay = confirm(golden, target, diag, golden_names(graph, diag.culprit["node"]))
     return diag

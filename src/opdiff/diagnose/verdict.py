@@ -99,12 +99,13 @@ def node_info(graph: Graph, node: Node) -> dict[str, Any]:
     return {"node": node.name, "module": node.module, "op": node.op, "level": node.level, "golden_node": node.golden}
 
 
-def _main_output(graph: Graph, node: Node, fallback: Tensor) -> Tensor:
-    """The culprit's output pair to name: its worst matched output, else the evidence tensor."""
+def _main_output(graph: Graph, node: Node, fallback: Tensor, noise: Noise | None = None) -> Tensor:
+    """The culprit's output pair to name: its first diverging matched output, else the evidence tensor."""
     outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
     if not outs:
         return fallback
-    return max(outs, key=lambda t: (t.err if t.err is not None and not math.isnan(t.err) else -1.0))
+    diverged = [t for t in outs if noise is None or not noise.agrees(t.err, t.unit)]
+    return (diverged or outs)[0]
 
 
 def _reason(graph: Graph, ev_tensor: Tensor, how: str, node: Node, inherited_units: float | None) -> str:
@@ -229,7 +230,7 @@ def decide(graph: Graph, noise: Noise, events: list[Event], overflow: Overflow |
     if overflow is not None and (ev_first is None or graph.tensors[overflow.tensor].order <= graph.tensors[ev_first.tensor].order):
         node = graph.nodes[overflow.node]
         t = graph.tensors[overflow.tensor]
-        main = _main_output(graph, node, t)
+        main = _main_output(graph, node, t, noise)
         also = ("golden has inf/nan there too, but not the same ones" if overflow.golden_overflows
                 else "golden stays finite there")
         reason = (f"inf/nan first appear in {t.rec.name} ({', '.join(f'{k}={v}' for k, v in overflow.counts.items() if v)}) "
@@ -252,7 +253,7 @@ def decide(graph: Graph, noise: Noise, events: list[Event], overflow: Overflow |
         t = graph.tensors[ev.tensor]
         inh_units = max((units(s) or 0.0 for s in graph.known_sources(t)), default=0.0)
         reason = _reason(graph, t, ev.how, node, inh_units)
-        main = _main_output(graph, node, t)
+        main = _main_output(graph, node, t, noise)
         d.verdict = "fault"
         d.culprit = {**node_info(graph, node), "golden": main.golden.name if main.golden else None,
                      "target": main.target.name if main.target else None, "reason": reason, "how": ev.how,

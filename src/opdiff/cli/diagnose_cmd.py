@@ -1,0 +1,129 @@
+"""`opdiff diagnose GOLDEN TARGET` and `opdiff replay GOLDEN TARGET OP`: thin CLI over opdiff.diagnose / opdiff.replay.
+
+diagnose exits 0 on pass, 1 on any other verdict, 2 on bad input. replay exits 0 when the op
+could be replayed, 1 when it could not, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from ..errors import DumpError, OpdiffError
+from ..store.reader import Dump, load
+
+LEVELS = ("module", "api", "aten")
+
+
+def open_dump(path: str, rank: int | None, step: int | None, allow_partial: bool) -> Dump:
+    """A dump part; an incomplete one only with --allow-partial."""
+    d = load(path, rank=rank, step=step)
+    if not d.complete and not allow_partial:
+        why = d.problems[0] if d.problems else f"{d.root}: capture did not finish"
+        raise DumpError(f"{why} — the dump is incomplete; use --allow-partial to diagnose up to where it stops")
+    return d
+
+
+def _out_file(path: str | None, force: bool) -> Path | None:
+    if path is None:
+        return None
+    p = Path(path)
+    if p.exists() and not force:
+        raise OpdiffError(f"{p}: exists (use --force to overwrite)")
+    if p.parent and not p.parent.exists():
+        raise OpdiffError(f"{p.parent}: no such directory")
+    return p
+
+
+@click.command("diagnose")
+@click.argument("golden", type=click.Path())
+@click.argument("target", type=click.Path())
+@click.option("--map", "map_file", type=click.Path(), help="Mapping file (as for compare): renames and fusions.")
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON (schema: docs/diagnose.md).")
+@click.option("-o", "--out", "out", type=click.Path(), help="Also write the diagnosis JSON to this file.")
+@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--level", type=click.Choice(LEVELS), default=None, help="Diagnose only the records of this capture level.")
+@click.option("--rank", type=int, default=None, help="Rank to diagnose (default: the first).")
+@click.option("--step", type=int, default=None, help="Step to diagnose (default: the first).")
+@click.option("--replay/--no-replay", default=True, show_default=True,
+              help="Confirm the culprit by replaying it on golden's inputs (needs tensor mode and torch).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel workers for the comparison.")
+@click.option("--allow-partial", is_flag=True, help="Diagnose an incomplete (cut-off) dump up to where it stops.")
+def diagnose_cmd(golden, target, map_file, as_json, out, force, level, rank, step, replay, workers, allow_partial):
+    """Name the op where TARGET first goes wrong against GOLDEN, and why.
+
+    One verdict: pass, inputs-differ, overflow, fault (with the culprit op) or drift.
+    Exits 0 on pass, 1 on any other verdict, 2 on bad input.
+    """
+    from ..diagnose import diagnose
+    from ..diagnose.report import render, to_json_text, write_json
+    from ..match.mapping import load_mapping
+
+    out_path = _out_file(out, force)
+    mapping = load_mapping(map_file) if map_file else None
+    g = open_dump(golden, rank, step, allow_partial)
+    t = open_dump(target, rank, step, allow_partial)
+    d = diagnose(g, t, mapping=mapping, replay=replay, level=level, workers=workers)
+    if out_path is not None:
+        write_json(d, out_path)
+    if as_json:
+        click.echo(to_json_text(d))
+    else:
+        render(d, Console(width=160), golden=str(g.root), target=str(t.root))
+        if out_path is not None:
+            click.echo(f"diagnosis written to {out_path}")
+    return d.exit_code
+
+
+@click.command("replay")
+@click.argument("golden", type=click.Path())
+@click.argument("target", type=click.Path())
+@click.argument("op")
+@click.option("--golden-op", default=None, help="The op's node name in golden, when it differs from the target's.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--rank", type=int, default=None, help="Rank (default: the first).")
+@click.option("--step", type=int, default=None, help="Step (default: the first).")
+@click.option("--allow-partial", is_flag=True, help="Use an incomplete (cut-off) dump.")
+def replay_cmd(golden, target, op, golden_op, as_json, rank, step, allow_partial):
+    """Re-execute the target's op OP on GOLDEN's inputs under the target's dtypes; compare with golden.
+
+    OP is a node name (as `opdiff ls` and diagnose show it), a record name, or a regex matching one op.
+    Supported: api and aten ops from their call lines; at module level Linear, Conv1D, Embedding and
+    activations. Exits 0 when the op was replayed, 1 when it could not be, 2 on bad input.
+    """
+    from ..diagnose.report import fmt
+    from ..replay import replay
+
+    g = open_dump(golden, rank, step, allow_partial)
+    t = open_dump(target, rank, step, allow_partial)
+    res = replay(g, t, op, golden_node=golden_op)
+    if as_json:
+        click.echo(json.dumps(res.to_json(), indent=2, default=str))
+        return 0 if res.status == "ok" else 1
+    c = Console(width=160)
+    c.print(f"[bold]replay[/] {res.node}  ({res.level} op {res.op or '?'} in {res.module or '<root>'})")
+    if res.status != "ok":
+        c.print(f"[yellow]could not replay:[/] {res.reason}")
+        return 1
+    if res.input_dtypes:
+        c.print("inputs: golden data cast to the target's dtypes " +
+                ", ".join(f"{k}={v}" for k, v in res.input_dtypes.items()))
+    for d in res.arg_differences:
+        c.print(f"argument {d['arg']}: golden {d['golden']!r}, target {d['target']!r}")
+    for o in res.outputs:
+        parts = [f"output {o['pos']}"]
+        for key, label in (("replay_vs_golden", "replay vs golden"), ("replay_vs_target", "replay vs target"),
+                           ("target_vs_golden", "target vs golden")):
+            if o.get(key):
+                parts.append(f"{label}: {fmt(o[key]['error_units'])} units (cos {fmt(o[key]['Cosine'], 9)})")
+        c.print("  " + " | ".join(parts))
+    c.print(f"[bold]conclusion:[/] {res.conclusion}")
+    return 0
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(diagnose_cmd)
+    cli.add_command(replay_cmd)

@@ -1,0 +1,124 @@
+"""Console rendering of a Diagnosis (rich), and its JSON file (schema in docs/diagnose.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .verdict import Diagnosis
+
+STYLE = {"pass": "bold green", "drift": "bold yellow", "fault": "bold red", "overflow": "bold red",
+         "inputs-differ": "bold magenta"}
+
+
+def fmt(x: Any, digits: int = 4) -> str:
+    """Short rendering of a number for the tables."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, (int, float)):
+        if isinstance(x, float) and not math.isfinite(x):
+            return str(x)
+        if abs(x) >= 1e300:
+            return "inf"
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def _cos(x: Any) -> str:
+    return "-" if x is None else (f"{x:.9f}" if isinstance(x, float) else str(x))
+
+
+def _tensor_table(title: str, rows: list[tuple[str, dict[str, Any]]]) -> Table:
+    table = Table(title=title, title_justify="left", show_lines=False, pad_edge=False)
+    for col in ("", "target record", "dtype g/t", "shape", "err (units)", "cosine", "max abs err"):
+        table.add_column(col, overflow="fold")
+    for kind, t in rows:
+        dt = t.get("dtype") or {}
+        table.add_row(kind, t.get("target") or f"(golden) {t.get('golden')}", f"{dt.get('golden')}/{dt.get('target')}",
+                      "x".join(map(str, t.get("shape") or [])) or "()", fmt(t.get("error_units")), _cos(t.get("cosine")),
+                      fmt(t.get("max_abs_err")))
+    return table
+
+
+def render(d: Diagnosis, console: Console | None = None, *, golden: str = "", target: str = "") -> None:
+    """The readable report: verdict, culprit and its tensors, path of divergence, replay, advice, warnings."""
+    c = console or Console()
+    if golden or target:
+        c.print(f"[dim]golden[/] {golden}   [dim]target[/] {target}")
+    counts = d.counts
+    if counts:
+        c.print(f"[dim]{counts.get('pairs', 0)} pairs ({counts.get('compared', 0)} compared, "
+                f"{counts.get('unmatched_golden', 0)} golden-only, {counts.get('unmatched_target', 0)} target-only), "
+                f"levels {', '.join(counts.get('levels', []))}; noise floor {fmt(d.noise.get('floor_units'), 3)} units, "
+                f"target precision {d.noise.get('run_dtype')}[/]")
+    c.print(Text.assemble(("verdict: ", "bold"), (d.verdict.upper(), STYLE.get(d.verdict, "bold")), "  ", d.summary))
+    cu = d.culprit
+    if cu:
+        c.print(Text.assemble(("culprit: ", "bold"), (cu.get("module") or "<root>", "bold cyan"), f"  op {cu.get('op')}  ",
+                              ("node ", "dim"), cu.get("node") or ""))
+        c.print(f"  golden record: {cu.get('golden')}\n  target record: {cu.get('target')}")
+        ev = d.evidence
+        rows = [("input", t) for t in ev.get("inputs", [])] + [("param", t) for t in ev.get("parameters", [])] + \
+               [("output", t) for t in ev.get("outputs", [])] + [("diverging", t) for t in ev.get("diverging", [])]
+        if rows:
+            c.print(_tensor_table("culprit's tensors", rows))
+    elif d.verdict == "inputs-differ":
+        c.print(_tensor_table("model inputs that differ", [("input", t) for t in d.evidence.get("inputs", [])]))
+    if d.first_divergence and d.verdict not in ("pass",):
+        f = d.first_divergence
+        c.print(f"[bold]first divergence:[/] {f.get('target') or f.get('golden')} ({fmt(f.get('error_units'))} units)")
+    if d.path_of_divergence:
+        table = Table(title="path of divergence (culprit -> model output)", title_justify="left", pad_edge=False)
+        for col in ("module", "op", "err (units)", "cosine"):
+            table.add_column(col, overflow="fold")
+        for p in d.path_of_divergence:
+            table.add_row(p.get("module") or "<root>", p.get("op"), fmt(p.get("error_units")), _cos(p.get("cosine")))
+        c.print(table)
+    if d.candidates and d.verdict in ("fault", "overflow", "drift"):
+        table = Table(title="candidates (ranked)", title_justify="left", pad_edge=False)
+        for col in ("#", "module", "op", "score", "why"):
+            table.add_column(col, overflow="fold")
+        for cand in d.candidates[:6]:
+            table.add_row(str(cand.get("rank")), cand.get("module") or "<root>", cand.get("op"), fmt(cand.get("score"), 3),
+                          cand.get("reason") or "")
+        c.print(table)
+    if d.replay:
+        r = d.replay
+        if r.get("status") == "ok":
+            c.print(f"[bold]replay:[/] {r.get('conclusion')}")
+        else:
+            c.print(f"[dim]replay skipped: {r.get('reason')}[/]")
+    settings = d.evidence.get("settings")
+    if settings:
+        c.print("[bold]settings that differ:[/] " + "; ".join(f"{k}: {v['golden']} vs {v['target']}" for k, v in settings.items()))
+    c.print(f"[bold]advice:[/] {d.advice}")
+    for w in d.warnings:
+        c.print(f"[yellow]warning:[/] {w}")
+
+
+def to_json_text(d: Diagnosis) -> str:
+    """The diagnosis as JSON text (non-finite numbers become null: strict JSON)."""
+    return json.dumps(_clean(d.to_json()), indent=2, default=str)
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def write_json(d: Diagnosis, path: str | os.PathLike) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(to_json_text(d) + "\n")
