@@ -94,15 +94,28 @@ class _PartWriter:
         self.index = open(self.dir / INDEX_FILE, "a", encoding="utf-8")
         self.n_shards = 0
 
-    def flush(self, batch: list[tuple[Record, np.ndarray | None]]) -> None:
-        items = [(rec, arr) for rec, arr in batch if arr is not None]
+    def flush(self, batch: list[tuple[Record | dict, np.ndarray | Record | None]]) -> None:
+        """Write a batch: the shard of its arrays first, then its index lines in order.
+
+        An entry's second item is the record's array, None (no data), or an earlier Record whose
+        data this record shares (the very same tensor captured twice); dict entries are call lines.
+        """
+        items = [(rec, arr) for rec, arr in batch if isinstance(arr, np.ndarray)]
         if items:
             rel = f"{SHARD_DIR}/{self.n_shards:06d}.safetensors"
             self.n_shards += 1
             for rec, _ in items:
                 rec.data = {"file": rel, "key": rec.name}
             write_safetensors(self.dir / rel, [(rec.name, rec.dtype, arr) for rec, arr in items])
-        self.index.write("".join(json.dumps(rec.to_json(), separators=(",", ":")) + "\n" for rec, _ in batch))
+        lines = []
+        for rec, arr in batch:
+            if isinstance(rec, dict):
+                lines.append(json.dumps(rec, separators=(",", ":")) + "\n")
+                continue
+            if isinstance(arr, Record) and arr.data is not None:
+                rec.data = dict(arr.data)
+            lines.append(json.dumps(rec.to_json(), separators=(",", ":")) + "\n")
+        self.index.write("".join(lines))
         self.index.flush()
 
     def close(self) -> None:
@@ -134,7 +147,7 @@ class DumpWriter:
         self.meta["parts"] = []
         self._write_meta()
         self._part: _PartWriter | None = None
-        self._batch: list[tuple[Record, np.ndarray | None]] = []
+        self._batch: list[tuple[Record | dict, np.ndarray | Record | None]] = []
         self._batch_bytes = 0
         self._next_index = 0
         self._names: set[str] = set()
@@ -183,8 +196,12 @@ class DumpWriter:
     def next_index(self) -> int:
         return self._next_index
 
-    def add(self, record: Record, array: np.ndarray | None = None) -> Record:
-        """Queue one record (and its data) in execution order; assigns `record.index`."""
+    def add(self, record: Record, array: np.ndarray | None = None, *, same_data_as: Record | None = None) -> Record:
+        """Queue one record (and its data) in execution order; assigns `record.index`.
+
+        `same_data_as`: an earlier record of this part holding the very same tensor; this record then
+        points at that record's data (`data.key` names the earlier record) instead of storing it twice.
+        """
         if self._part is None:
             self.begin(0, 0)
         if record.name in self._names:
@@ -192,7 +209,10 @@ class DumpWriter:
         self._names.add(record.name)
         record.index = self._next_index
         self._next_index += 1
-        self._batch.append((record, array))
+        if array is None and same_data_as is not None:
+            self._batch.append((record, same_data_as))
+        else:
+            self._batch.append((record, array))
         if array is not None:
             self._batch_bytes += array.nbytes
             self.bytes_written += array.nbytes
@@ -200,6 +220,16 @@ class DumpWriter:
         if self._batch_bytes >= self.shard_bytes or len(self._batch) >= self.flush_records:
             self.flush()
         return record
+
+    def add_call(self, call: dict[str, Any]) -> None:
+        """Queue one op-call description (an index line with "kind": "call"), ordered with the records."""
+        if self._part is None:
+            self.begin(0, 0)
+        self._batch.append(({"kind": "call", **call}, None))
+
+    def has_name(self, name: str) -> bool:
+        """True when a record of this name was already added to the current part."""
+        return name in self._names
 
     def flush(self) -> None:
         """Hand the pending batch to the writer thread."""

@@ -1,0 +1,113 @@
+"""Capture overhead on a GPT-2 of realistic width: ratio to the plain run, dump size, write speed.
+
+    .venv/bin/python bench/capture_bench.py                      # 12 x 768, seq 512, batch 1
+    .venv/bin/python bench/capture_bench.py --layers 4 --seq 128 --levels module --modes stats,hash
+
+For each level (module/api/aten) and mode (stats/hash/tensor), forward only and forward+backward:
+wall time of the `with opdiff.capture(...)` block (including the writer finishing its files) over
+the plain run's time (best of --repeat each, plain runs interleaved to follow the machine's load),
+the dump size on disk, and the tensor data written per second of capture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import torch
+
+import opdiff
+from opdiff import zoo
+
+
+def dir_size(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            total += os.path.getsize(os.path.join(root, f))
+    return total
+
+
+def run(model, inputs, backward: bool) -> None:
+    if backward:
+        out = model(**inputs, labels=inputs["input_ids"])
+        out.loss.backward()
+        model.zero_grad(set_to_none=True)
+    else:
+        with torch.no_grad():
+            model(**inputs)
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--width", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--levels", default="module,api,aten")
+    ap.add_argument("--modes", default="stats,hash,tensor")
+    ap.add_argument("--passes", default="fwd,fwdbwd", help="fwd and/or fwdbwd")
+    ap.add_argument("--repeat", type=int, default=2, help="best of this many runs per configuration")
+    ap.add_argument("--dir", default=None, help="where dumps are written (default: a temporary directory)")
+    args = ap.parse_args(argv)
+
+    torch.manual_seed(0)
+    model, inputs = zoo.gpt2(layers=args.layers, width=args.width, heads=args.heads, seq=args.seq, batch=args.batch,
+                             vocab=args.vocab)
+    model.config.use_cache = False
+    nparams = sum(p.numel() for p in model.parameters())
+    print(f"GPT-2 {args.layers} layers x {args.width}, {args.heads} heads, seq {args.seq}, batch {args.batch}, "
+          f"vocab {args.vocab} ({nparams / 1e6:.0f}M parameters); torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, {os.cpu_count()} cpus", flush=True)
+    base = args.dir or tempfile.mkdtemp(prefix="opdiff-bench-")
+    os.makedirs(base, exist_ok=True)
+    rows = []
+    for pas in args.passes.split(","):
+        backward = pas == "fwdbwd"
+        run(model, inputs, backward)  # warm-up
+        plain_times = [timed(lambda: run(model, inputs, backward)) for _ in range(args.repeat)]
+        for level in args.levels.split(","):
+            for mode in args.modes.split(","):
+                best = None
+                for _ in range(args.repeat):
+                    path = os.path.join(base, f"{pas}-{level}-{mode}")
+                    shutil.rmtree(path, ignore_errors=True)
+                    t = time.perf_counter()
+                    with opdiff.capture(model, path, level=level, mode=mode, backward=backward) as cap:
+                        run(model, inputs, backward)
+                    dt = time.perf_counter() - t
+                    plain_times.append(timed(lambda: run(model, inputs, backward)))
+                    if best is None or dt < best[0]:
+                        best = (dt, cap.writer.records_written, cap.writer.bytes_written, dir_size(path))
+                plain = min(plain_times)
+                dt, nrec, data_bytes, size = best
+                row = (pas, level, mode, plain, dt, dt / plain, nrec, size / 1e6, data_bytes / 1e6 / dt if data_bytes else 0.0)
+                rows.append(row)
+                print(f"{pas:7s} {level:7s} {mode:7s} plain {plain:7.2f}s  capture {dt:7.2f}s  x{dt / plain:5.2f}  "
+                      f"{nrec:6d} records  {size / 1e6:9.1f} MB  {row[-1]:7.0f} MB/s", flush=True)
+                shutil.rmtree(path, ignore_errors=True)
+    print()
+    print("| pass | level | mode | plain s | capture s | ratio | records | dump MB | data MB/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for pas, level, mode, plain, dt, ratio, nrec, size, mbs in rows:
+        print(f"| {pas} | {level} | {mode} | {plain:.2f} | {dt:.2f} | {ratio:.2f}x | {nrec} | {size:.1f} | "
+              f"{mbs:.0f} |" if mbs else f"| {pas} | {level} | {mode} | {plain:.2f} | {dt:.2f} | {ratio:.2f}x | {nrec} | {size:.1f} | - |")
+    if not args.dir:
+        shutil.rmtree(base, ignore_errors=True)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

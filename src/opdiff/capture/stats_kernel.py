@@ -1,0 +1,154 @@
+"""Tensor statistics in one fused pass (numba): the capture's hot path, framework-neutral.
+
+Same semantics as the numpy reference `opdiff.store.stats.tensor_stats` (min/max/mean/std/norm
+over finite elements in float64, counts of nan/+inf/-inf/zeros), but one read of the data, float64
+accumulators, both cores, and a fixed chunking so that the result does not depend on the thread
+count. fp16/bf16/fp8 are decoded through a lookup table (numba has no 16-bit floats).
+See bench/capture_bench.py and docs/capture.md ("Statistics") for the measurements behind it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numba as nb
+import numpy as np
+from numba import types
+from numba.extending import overload
+
+from ..store.format import Stats
+
+CHUNK = 1 << 16  # elements per parallel work item; fixed so results are thread-count independent
+_OUT = 9  # min, max, sum, sum of squares, finite, nan, posinf, neginf, zeros
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _store(o, mn, mx, s1, s2, fin, nan, pinf, ninf, zeros):
+    o[0] = mn
+    o[1] = mx
+    o[2] = s1
+    o[3] = s2
+    o[4] = fin
+    o[5] = nan
+    o[6] = pinf
+    o[7] = ninf
+    o[8] = zeros
+
+
+def _value(x, table, i):
+    """Element i of x as float64: directly, or through `table` for 8/16-bit float codes."""
+
+
+@overload(_value, inline="always")
+def _value_impl(x, table, i):
+    if isinstance(table, types.NoneType):
+        return lambda x, table, i: np.float64(x[i])
+    return lambda x, table, i: table[x[i]]
+
+
+@nb.njit(cache=True, nogil=True)
+def _chunk(x, table, lo, hi, o):
+    mn, mx, s1, s2 = np.inf, -np.inf, 0.0, 0.0
+    fin = nan = pinf = ninf = zeros = 0
+    for i in range(lo, hi):
+        v = _value(x, table, i)
+        zeros += v == 0.0
+        if v - v == 0.0:  # finite
+            fin += 1
+            s1 += v
+            s2 += v * v
+            mn = min(mn, v)
+            mx = max(mx, v)
+        elif v != v:
+            nan += 1
+        elif v > 0:
+            pinf += 1
+        else:
+            ninf += 1
+    _store(o, mn, mx, s1, s2, fin, nan, pinf, ninf, zeros)
+
+
+@nb.njit(cache=True, nogil=True)
+def _combine(parts):
+    o = np.zeros(_OUT)
+    o[0] = np.inf
+    o[1] = -np.inf
+    for c in range(parts.shape[0]):  # fixed order: deterministic whatever the thread count
+        o[0] = min(o[0], parts[c, 0])
+        o[1] = max(o[1], parts[c, 1])
+        for k in range(2, _OUT):
+            o[k] += parts[c, k]
+    return o
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def _stats_parallel(x, table):
+    n = x.size
+    nch = (n + CHUNK - 1) // CHUNK
+    parts = np.zeros((nch, _OUT))
+    for c in nb.prange(nch):
+        _chunk(x, table, c * CHUNK, min(n, (c + 1) * CHUNK), parts[c])
+    return _combine(parts)
+
+
+@nb.njit(cache=True, nogil=True)
+def _stats_serial(x, table):
+    parts = np.zeros((1, _OUT))
+    _chunk(x, table, 0, x.size, parts[0])
+    return _combine(parts)
+
+
+def _table(np_dtype, bits: int) -> np.ndarray:
+    codes = np.arange(1 << bits, dtype=np.uint16 if bits == 16 else np.uint8)
+    with np.errstate(invalid="ignore"):
+        return codes.view(np_dtype).astype(np.float64)
+
+
+_LUTS: dict[str, tuple[type, np.ndarray]] = {}
+_LUT_DTYPES = {
+    "float16": (np.float16, np.uint16, 16),
+    "bfloat16": (ml_dtypes.bfloat16, np.uint16, 16),
+    "float8_e4m3fn": (ml_dtypes.float8_e4m3fn, np.uint8, 8),
+    "float8_e5m2": (ml_dtypes.float8_e5m2, np.uint8, 8),
+}
+
+
+def _lut(name: str) -> tuple[type, np.ndarray]:
+    hit = _LUTS.get(name)
+    if hit is None:
+        np_dtype, code_dtype, bits = _LUT_DTYPES[name]
+        hit = _LUTS[name] = (code_dtype, _table(np_dtype, bits))
+    return hit
+
+
+def raw_stats(flat: np.ndarray, dtype: str) -> np.ndarray:
+    """[min, max, sum, sumsq, finite, nan, posinf, neginf, zeros] of a 1-D contiguous array."""
+    run = _stats_serial if flat.size <= 2 * CHUNK else _stats_parallel
+    if dtype in _LUT_DTYPES:
+        code_dtype, table = _lut(dtype)
+        return run(flat.view(code_dtype), table)
+    if dtype == "bool":
+        flat = flat.view(np.uint8)
+    return run(flat, None)
+
+
+def to_stats(o: np.ndarray, numel: int) -> Stats:
+    """Stats from the raw accumulators of `raw_stats`."""
+    mn, mx, s1, s2, fin, nan, pinf, ninf, zeros = o.tolist()
+    fin = int(fin)
+    stats = Stats(numel=numel, nan=int(nan), posinf=int(pinf), neginf=int(ninf), zeros=int(zeros))
+    if fin:
+        mean = s1 / fin
+        var = max(s2 / fin - mean * mean, 0.0)
+        stats.min, stats.max, stats.mean = mn, mx, mean
+        stats.std, stats.norm = math.sqrt(var), math.sqrt(s2)
+    return stats
+
+
+def array_stats(arr: np.ndarray, dtype: str) -> Stats:
+    """Stats of a contiguous array whose format dtype name is `dtype` (ml_dtypes for bf16/fp8)."""
+    n = int(arr.size)
+    if n == 0:
+        return Stats(numel=0)
+    return to_stats(raw_stats(arr.reshape(-1), dtype), n)

@@ -1,0 +1,184 @@
+"""Turn captured tensors into records: statistics, hash and data per mode, names, producer links.
+
+One Recorder per capture. It remembers, per step and by tensor identity (weak references, so no
+tensor is kept alive), what it already recorded: the very same tensor seen again (unchanged, by
+its version counter) reuses its statistics and stored data, and its `src` names the output record
+that produced it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ...store.format import Record, Stats, node_name, record_name
+from ...store.stats import content_hash
+from ...store.writer import DumpWriter
+from ..stats_kernel import array_stats
+from .naming import Counters
+from .tensors import dense_flat, dtype_name, hash_of, host_copy, stats_of
+
+MODES = ("tensor", "stats", "hash")
+_PRODUCING = ("output", "parameter")
+BLOCK_CACHE_MIN = 1 << 14  # smaller tensors are cheaper to measure than to look up  # roles whose record becomes the src of later uses of the tensor
+
+
+@dataclass
+class _Seen:
+    """What was recorded for one live tensor object at one version."""
+
+    ref: weakref.ref
+    version: int
+    record: Record | None  # first record holding it (its data is shared by later ones); None for a view
+    stats: Stats | None
+    hash: str | None
+    producer: str | None  # first *output* record holding it
+
+
+def _version(t: torch.Tensor) -> int | None:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors have no version counter: never treated as "the same"
+        return None
+
+
+class Recorder:
+    """Writes records in execution order for one capture (see module docstring)."""
+
+    def __init__(self, writer: DumpWriter, mode: str, rank: int, source: bool):
+        if mode not in MODES:
+            raise ValueError(f"opdiff.capture: mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.writer = writer
+        self.mode = mode
+        self.rank = rank
+        self.source = source
+        self.counters = Counters()
+        self.step: int | None = None  # the part being written, begun lazily on its first record
+        self.pending_step = 0
+        self._seen: dict[int, _Seen] = {}
+        self._blocks: dict[tuple, tuple[weakref.ref, int, Stats]] = {}
+        self.skipped = 0  # tensors the format cannot hold (complex, sparse, quantized, ...)
+
+    # -- step lifecycle -------------------------------------------------------------------
+    def start_step(self, step: int) -> None:
+        """Forget the previous step's tensors and counters; the part is begun on its first record."""
+        self.pending_step = step
+        self.counters.clear()
+        self._seen.clear()
+        self._blocks.clear()
+
+    def _ensure_part(self) -> None:
+        if self.step != self.pending_step:
+            self.writer.begin(self.rank, self.pending_step)
+            self.step = self.pending_step
+
+    def node(self, module: str, op: str) -> tuple[str, int]:
+        call = self.counters.next(module, op)
+        return node_name(module, op, call), call
+
+    # -- records ------------------------------------------------------------------------------
+    def lookup(self, t: torch.Tensor) -> _Seen | None:
+        """What was recorded for this very tensor at its current version, if anything."""
+        e = self._seen.get(id(t))
+        if e is not None and e.ref() is t and e.version == _version(t) and e.version is not None:
+            return e
+        return None
+
+    def alias(self, new: torch.Tensor, old: torch.Tensor) -> None:
+        """Treat `new` (an identity view made by capture itself) as `old` for dedup and links."""
+        e = self.lookup(old)
+        if e is not None:
+            self._remember(new, e.record, e.stats, e.hash, e.producer)
+
+    def link_view(self, view: torch.Tensor, base: torch.Tensor) -> None:
+        """A view made by a skipped op: its producer is its base's (src looks through views)."""
+        e = self.lookup(base)
+        if e is not None and e.producer is not None and isinstance(view, torch.Tensor):
+            self._remember(view, None, None, None, e.producer)
+
+    def _remember(self, t: torch.Tensor, rec: Record | None, stats: Stats | None, hsh: str | None,
+                  producer: str | None) -> _Seen | None:
+        version = _version(t)
+        if version is None:
+            return None
+        key = id(t)
+        seen = self._seen
+
+        def forget(_ref, key=key):
+            e = seen.get(key)
+            if e is not None and e.ref is _ref:
+                del seen[key]
+
+        try:
+            ref = weakref.ref(t, forget)
+        except TypeError:
+            return None
+        e = seen[key] = _Seen(ref, version, rec, stats, hsh, producer)
+        return e
+
+    def record(self, t: torch.Tensor, *, node: str, module: str, op: str, level: str, call: int, direction: str,
+               role: str, pos: str, source: str | None = None, extra: dict[str, Any] | None = None) -> Record | None:
+        """Record one tensor (stats, hash, data per mode); None when the format cannot hold it."""
+        name = dtype_name(t)
+        if name is None:
+            self.skipped += 1
+            return None
+        rname = record_name(node, direction, role, pos)
+        self._ensure_part()
+        if self.writer.has_name(rname):  # e.g. a second backward through the same graph
+            return None
+        rec = Record(index=0, name=rname, node=node, module=module, op=op, level=level, call=call,
+                     direction=direction, role=role, pos=pos, dtype=name, shape=tuple(t.shape),
+                     source=source, extra=extra or {})
+        seen = self.lookup(t)
+        if seen is not None and seen.record is None:  # a view of a recorded tensor: link only
+            rec.src = seen.producer
+            seen = None
+        if seen is not None:
+            rec.stats, rec.hash, rec.src = seen.stats, seen.hash, seen.producer
+            self.writer.add(rec, None, same_data_as=seen.record if self.mode == "tensor" else None)
+            if role in _PRODUCING and seen.producer is None:
+                seen.producer = rname
+            return rec
+        array = None
+        if self.mode == "tensor":
+            array = host_copy(t, name)
+            rec.stats = self._stats(t, name, array)
+            rec.hash = content_hash(array, name, rec.shape)
+        else:
+            rec.stats = self._stats(t, name)
+            if self.mode == "hash":
+                rec.hash = hash_of(t, name)
+        self._remember(t, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
+        self.writer.add(rec, array)
+        return rec
+
+    def _stats(self, t: torch.Tensor, name: str, array=None) -> Stats:
+        """Statistics, reused for a view or reshape of a tensor already measured (same elements in memory).
+
+        Two dense tensors starting at the same address with the same size and dtype hold the same
+        elements in some order, and statistics do not depend on the order.
+        """
+        key = version = None
+        if t.numel() >= BLOCK_CACHE_MIN and dense_flat(t) is not None:
+            key, version = (t.data_ptr(), t.numel(), t.dtype, t.device), _version(t)
+            e = self._blocks.get(key)
+            if e is not None and version is not None and e[1] == version:
+                base = e[0]()
+                if base is not None and base.data_ptr() == key[0]:
+                    return e[2]
+        stats = array_stats(array, name) if array is not None else stats_of(t, name)
+        if key is not None and version is not None:
+            self._blocks[key] = (weakref.ref(t), version, stats)
+        return stats
+
+    def call(self, line: dict[str, Any]) -> None:
+        """Write an op-call description line right after the op's input records."""
+        self._ensure_part()
+        self.writer.add_call(line)
+
+
+__all__ = ["Recorder", "MODES"]

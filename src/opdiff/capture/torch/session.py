@@ -1,0 +1,261 @@
+"""The capture context manager: options, steps, rank, meta.json, and putting hooks/modes on and off."""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import partial
+from typing import Any, Iterable
+
+import torch
+
+from ...errors import OpdiffError
+from ...store.format import node_name
+from ...store.writer import DumpWriter
+from . import module_hooks
+from .api_mode import ApiMode
+from .aten_mode import AtenMode
+from .recorder import MODES, Recorder
+
+LEVELS = ("module", "api", "aten")
+
+
+def parse_steps(steps: str | int | Iterable[int] | None) -> frozenset[int] | None:
+    """"0,5,10" / "0-3,8" / [0, 5] / 3 -> the set of steps to keep; None keeps every step."""
+    if steps is None:
+        return None
+    if isinstance(steps, int):
+        return frozenset({steps})
+    if isinstance(steps, str):
+        out: set[int] = set()
+        for part in filter(None, (p.strip() for p in steps.split(","))):
+            lo, sep, hi = part.partition("-")
+            try:
+                out.update(range(int(lo), int(hi) + 1) if sep else (int(lo),))
+            except ValueError:
+                raise OpdiffError(f"opdiff.capture: bad steps {steps!r} (expected e.g. \"0,5,10\" or \"0-3\")") from None
+        return frozenset(out)
+    return frozenset(int(s) for s in steps)
+
+
+def _regex(p: str | None, what: str) -> re.Pattern | None:
+    if p is None:
+        return None
+    try:
+        return re.compile(p)
+    except re.error as exc:
+        raise OpdiffError(f"opdiff.capture: bad {what} regex {p!r}: {exc}") from None
+
+
+def _dist_rank() -> tuple[int, int]:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class CaptureSession:
+    """`with opdiff.capture(model, path, ...) as cap:` ... `cap.step()` between training iterations."""
+
+    def __init__(self, model: torch.nn.Module, path: str | os.PathLike, *, level: str = "module", mode: str = "tensor",
+                 backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
+                 exclude: str | None = None, overwrite: bool = False, rank: int | None = None, source: bool = False):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"opdiff.capture: model must be a torch.nn.Module, not {type(model).__name__}")
+        if level not in LEVELS:
+            raise OpdiffError(f"opdiff.capture: level must be one of {', '.join(LEVELS)}, not {level!r}")
+        if mode not in MODES:
+            raise OpdiffError(f"opdiff.capture: mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.model, self.path, self.level, self.mode = model, path, level, mode
+        self.backward, self.source, self.overwrite = bool(backward), bool(source), overwrite
+        self.steps = parse_steps(steps)
+        self.include, self.exclude = _regex(include, "include"), _regex(exclude, "exclude")
+        self.include_text, self.exclude_text = include, exclude
+        dist_rank, self.world_size = _dist_rank()
+        self.rank = dist_rank if rank is None else int(rank)
+        self.tag_graph = level == "aten" and self.backward
+        # state while capturing
+        self.recording = False  # inside the context and the current step is selected
+        self.internal = 0  # >0 while capture's own code runs (its torch calls are not recorded)
+        self.step_index = 0
+        self.stack: list[module_hooks.Frame] = []
+        self.writer: DumpWriter | None = None
+        self.recorder: Recorder | None = None
+        self._handles: list = []
+        self._mode = None
+        self._wanted: dict[tuple[str, str], bool] = {}
+        self._params_done = False
+        self._grad_calls: dict[int, int] = {}
+        self._param_names: dict[int, tuple[str, str]] = {}
+        self.steps_captured: list[int] = []
+
+    # -- options ------------------------------------------------------------------------------
+    def wanted(self, module: str, op: str) -> bool:
+        """include/exclude regexes, searched in the module path and in the op name."""
+        key = (module, op)
+        hit = self._wanted.get(key)
+        if hit is None:
+            inc, exc = self.include, self.exclude
+            hit = (inc is None or bool(inc.search(module) or inc.search(op))) and \
+                  not (exc is not None and bool(exc.search(module) or exc.search(op)))
+            self._wanted[key] = hit
+        return hit
+
+    def meta(self) -> dict[str, Any]:
+        first = next(self.model.parameters(), None)
+        return {
+            "framework": "torch",
+            "framework_version": torch.__version__,
+            "device": str(first.device) if first is not None else "cpu",
+            "default_dtype": str(torch.get_default_dtype()).removeprefix("torch."),
+            "seed": torch.initial_seed(),
+            "num_threads": torch.get_num_threads(),
+            "model": type(self.model).__name__,
+            "level": self.level,
+            "mode": self.mode,
+            "backward": self.backward,
+            "steps": sorted(self.steps) if self.steps is not None else "all",
+            "include": self.include_text,
+            "exclude": self.exclude_text,
+            "source": self.source,
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def __enter__(self) -> "CaptureSession":
+        if self.writer is not None:
+            raise OpdiffError("opdiff.capture: a capture session can be entered only once")
+        self.writer = DumpWriter(self.path, self.meta(), overwrite=self.overwrite)
+        self.recorder = Recorder(self.writer, self.mode, self.rank, self.source)
+        try:
+            self._handles = module_hooks.install(self)
+            if self.backward:
+                self._install_grad_hooks()
+            self._begin_step()
+        except BaseException:
+            self._remove()
+            self.writer.close(complete=False)
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self._end_step()
+        finally:
+            self._remove()
+            self.writer.update_meta(steps_captured=self.steps_captured, records=self.writer.records_written,
+                                    skipped_tensors=self.recorder.skipped)
+            if exc_type is None:
+                self.writer.close(complete=True)
+            else:
+                try:
+                    self.writer.close(complete=False)
+                except Exception:  # the model's own exception is the one to report
+                    pass
+
+    def step(self) -> None:
+        """End the current training step and start the next (call it between iterations)."""
+        if self.writer is None or self.recorder is None:
+            raise OpdiffError("opdiff.capture: step() called outside the `with` block")
+        self._end_step()
+        self.step_index += 1
+        self._begin_step()
+
+    def _begin_step(self) -> None:
+        if self.steps is not None and self.step_index not in self.steps:
+            return  # not selected: hooks stay in place but return at once; no mode is active
+        self.recorder.start_step(self.step_index)
+        self.stack.clear()
+        self._params_done = False
+        self._grad_calls.clear()
+        if self.level == "api":
+            self._mode = ApiMode(self)
+        elif self.level == "aten":
+            self._mode = AtenMode(self)
+        if self._mode is not None:
+            self._mode.__enter__()
+        self.recording = True
+
+    def _end_step(self) -> None:
+        if not self.recording:
+            return
+        self.recording = False
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(None, None, None)
+        if self.recorder.step == self.step_index:
+            self.steps_captured.append(self.step_index)
+        self.writer.flush()
+
+    def _remove(self) -> None:
+        self.recording = False
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            try:
+                mode.__exit__(None, None, None)
+            except Exception:
+                pass
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.stack.clear()
+
+    # -- parameters -------------------------------------------------------------------------------
+    def _named_parameters(self):
+        """(module path, local name, parameter), each parameter once (tied weights under their first owner)."""
+        seen: set[int] = set()
+        for mpath, m in self.model.named_modules():
+            for pname, p in m.named_parameters(recurse=False):
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield mpath, pname, p
+
+    def record_parameters(self) -> None:
+        """Parameters, once per step, before the first forward of the step uses them."""
+        if self._params_done:
+            return
+        self._params_done = True
+        rec = self.recorder
+        current = None
+        for mpath, pname, p in self._named_parameters():
+            if not self.wanted(mpath, "parameter"):
+                continue
+            if current is None or current[0] != mpath:
+                call = rec.counters.next(mpath, "parameter")
+                current = (mpath, node_name(mpath, "parameter", call), call)
+            rec.record(p, node=current[1], module=mpath, op="parameter", level="param", call=current[2],
+                       direction="forward", role="parameter", pos=pname)
+
+    def _install_grad_hooks(self) -> None:
+        for mpath, pname, p in self._named_parameters():
+            if p.requires_grad:
+                self._param_names[id(p)] = (mpath, pname)
+                self._handles.append(p.register_post_accumulate_grad_hook(partial(self._param_grad, mpath, pname)))
+
+    def _param_grad(self, mpath: str, pname: str, p: torch.Tensor) -> None:
+        """A parameter's gradient once accumulated (a second accumulation in one step gets call 1, ...)."""
+        if not self.recording or p.grad is None or not self.wanted(mpath, "parameter"):
+            return
+        self.internal += 1
+        try:
+            k = self._grad_calls.get(id(p), 0)
+            self._grad_calls[id(p)] = k + 1
+            self.recorder.record(p.grad, node=node_name(mpath, "parameter", k), module=mpath, op="parameter",
+                                 level="param", call=k, direction="backward", role="gradient", pos=pname)
+        finally:
+            self.internal -= 1
+
+
+def capture(model: torch.nn.Module, path: str | os.PathLike, *, level: str = "module", mode: str = "tensor",
+            backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
+            exclude: str | None = None, overwrite: bool = False, rank: int | None = None,
+            source: bool = False) -> CaptureSession:
+    """Capture `model`'s calls into a dump at `path`; use as ``with capture(model, path) as cap: ...``.
+
+    level: "module" (every nn.Module call), "api" (torch API calls), "aten" (aten ops, incl. backward);
+    mode: "tensor" (data + statistics + hash), "stats" (statistics), "hash" (statistics + hash).
+    See docs/capture.md for every option.
+    """
+    return CaptureSession(model, path, level=level, mode=mode, backward=backward, steps=steps, include=include,
+                          exclude=exclude, overwrite=overwrite, rank=rank, source=source)

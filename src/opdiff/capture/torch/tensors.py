@@ -1,0 +1,143 @@
+"""torch tensors -> what a record holds: dtype name, shape, statistics, content hash, numpy data.
+
+CPU tensors are read in place through a numpy view (bf16/fp16/fp8 viewed as integers, then as
+ml_dtypes); statistics come from the fused numba kernel, the hash from xxh3 over the raw bytes, so
+a numpy re-hash of the stored data gives the same string. Other devices compute statistics there
+in float64 and copy only what must be hashed or stored.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ...store.format import FLOAT_DTYPES, Stats, numpy_dtype
+from ...store.stats import content_hash
+from ..stats_kernel import array_stats
+
+DTYPE_NAMES: dict[torch.dtype, str] = {
+    torch.float64: "float64",
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float8_e4m3fn: "float8_e4m3fn",
+    torch.float8_e5m2: "float8_e5m2",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.int16: "int16",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+}
+for _name in ("uint16", "uint32", "uint64"):
+    if hasattr(torch, _name):
+        DTYPE_NAMES[getattr(torch, _name)] = _name
+
+# dtypes numpy cannot take from torch directly: read them as same-width integers, then reinterpret
+_AS_INT = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float8_e4m3fn: torch.uint8,
+           torch.float8_e5m2: torch.uint8}
+for _name, _int in (("uint16", torch.int16), ("uint32", torch.int32), ("uint64", torch.int64)):
+    if hasattr(torch, _name):
+        _AS_INT[getattr(torch, _name)] = _int
+
+
+def dtype_name(t: torch.Tensor) -> str | None:
+    """The format's dtype name, or None when the dump format cannot hold this tensor."""
+    if t.layout != torch.strided or t.is_quantized or t.is_nested or t.device.type == "meta":
+        return None
+    return DTYPE_NAMES.get(t.dtype)
+
+
+def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:
+    """A numpy view (no copy) of a contiguous CPU tensor, with the dtype the format uses for `name`."""
+    t = t.detach()
+    as_int = _AS_INT.get(t.dtype)
+    if as_int is not None:
+        return t.view(as_int).numpy().view(numpy_dtype(name))
+    return t.numpy()
+
+
+def host_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """The tensor on the CPU in row-major order; the same tensor when it already is."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    return t
+
+
+def host_copy(t: torch.Tensor, name: str) -> np.ndarray:
+    """A numpy array the writer may own: a copy, since the model may later change the tensor in place."""
+    h = host_contiguous(t)
+    if h is t or h.data_ptr() == t.data_ptr():
+        h = h.clone()
+    return as_numpy(h, name)
+
+
+def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
+    """A 1-D view over the same elements in memory order when `t` is a permuted dense tensor, else None.
+
+    Statistics do not depend on element order, so a transposed tensor needs no copy for them.
+    """
+    if t.is_contiguous():
+        return t.reshape(-1)
+    order = sorted(range(t.dim()), key=lambda i: t.stride(i), reverse=True)
+    p = t.permute(order)
+    return p.reshape(-1) if p.is_contiguous() else None
+
+
+def stats_of(t: torch.Tensor, name: str) -> Stats:
+    """Statistics of a tensor with the semantics of opdiff.store.stats.tensor_stats."""
+    t = t.detach()
+    if t.numel() == 0:
+        return Stats(numel=0)
+    if t.device.type == "cpu" and not t.is_conj() and not t.is_neg():
+        flat = dense_flat(t)
+        if flat is None:
+            flat = t.contiguous().reshape(-1)
+        return array_stats(as_numpy(flat, name), name)
+    return device_stats(t, name)
+
+
+def device_stats(t: torch.Tensor, name: str) -> Stats:
+    """Statistics computed on the tensor's own device in float64 (one sync), for non-CPU tensors."""
+    n = t.numel()
+    x = t.detach().reshape(-1)
+    if name == "bool":
+        x = x.to(torch.uint8)
+    x = x.to(torch.float64)
+    if name in FLOAT_DTYPES:
+        finite = torch.isfinite(x)
+        counts = torch.stack([torch.isnan(x).sum(), (x == math.inf).sum(), (x == -math.inf).sum(), (x == 0).sum(),
+                              finite.sum()])
+        x = torch.where(finite, x, 0.0)
+        fin_big = torch.where(finite, x, math.inf)
+        mn = fin_big.min()
+        mx = torch.where(finite, x, -math.inf).max()
+    else:
+        counts = torch.stack([torch.zeros((), dtype=torch.int64, device=x.device)] * 3 + [(x == 0).sum(),
+                              torch.tensor(n, device=x.device)])
+        mn, mx = x.min(), x.max()
+    s1, s2 = x.sum(), torch.dot(x, x)
+    vals = torch.stack([mn, mx, s1, s2, *counts.to(torch.float64)]).tolist()
+    mn, mx, s1, s2, nan, pinf, ninf, zeros, fin = vals
+    stats = Stats(numel=n, nan=int(nan), posinf=int(pinf), neginf=int(ninf), zeros=int(zeros))
+    fin = int(fin)
+    if fin:
+        mean = s1 / fin
+        stats.min, stats.max, stats.mean = mn, mx, mean
+        stats.std, stats.norm = math.sqrt(max(s2 / fin - mean * mean, 0.0)), math.sqrt(s2)
+    return stats
+
+
+def hash_of(t: torch.Tensor, name: str) -> str:
+    """xxh3 content hash of dtype, shape and raw bytes (equal to opdiff.store.stats.content_hash of the data)."""
+    h = host_contiguous(t)
+    return content_hash(as_numpy(h, name), name, tuple(h.shape))
