@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 
 from .errors import DumpError, OpdiffError  # noqa: E402
 from .store import Dump, Record, load  # noqa: E402
+from . import capture as _capture_pkg  # noqa: E402,F401  load the subpackage first: importing it later would replace capture() below
 
 
 def capture(model, path, **options):
