@@ -6,6 +6,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import DumpError
 from ..store import load
 from ..store.format import Record
 
@@ -63,6 +64,13 @@ def ls_cmd(dump, name_re, op_re, module_re, rank, step, limit, names_only):
     console.print(table)
     for p in d.problems:
         console.print(f"[yellow]warning:[/] {p}")
+    _fail_if_partial(d.problems)
+
+
+def _fail_if_partial(problems: list[str]) -> None:
+    """After showing what is readable, a cut-off or unfinished dump is an error (exit 2) for scripts."""
+    if problems:
+        raise DumpError("; ".join(dict.fromkeys(problems)))
 
 
 @click.command("info")
@@ -72,10 +80,12 @@ def info_cmd(dump):
     d = load(dump)
     console = Console(width=200)
     meta = d.meta
-    for key in ("format_version", "opdiff_version", "framework", "framework_version", "device", "default_dtype",
-                "seed", "level", "mode", "backward", "created", "finished", "complete", "host", "command"):
+    for key in ("format_version", "opdiff_version", "framework", "framework_version", "model", "device", "default_dtype",
+                "seed", "num_threads", "level", "mode", "backward", "steps", "include", "exclude", "rank", "world_size",
+                "created", "finished", "complete", "host", "command"):
         if key in meta:
             console.print(f"[bold]{key}[/]: {meta[key]}")
+    problems: list[str] = []
     for rank, step in d.parts:
         part = d if (rank, step) == (d.rank, d.step) else d.with_part(rank, step)
         counts: dict[str, int] = {}
@@ -93,6 +103,8 @@ def info_cmd(dump):
             console.print(f"  {k}: {counts[k]}")
         for p in part.problems:
             console.print(f"  [yellow]warning:[/] {p}")
+        problems.extend(part.problems)
+    _fail_if_partial(problems)
 
 
 def register(cli: click.Group) -> None:
