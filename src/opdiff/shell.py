@@ -1,0 +1,297 @@
+"""Interactive shell over one dump or a golden/target pair: list ops, show nodes, print and compare tensors.
+
+In the spirit of precision_tool's shell: `ls`, `ni` (node info), `pt` (print tensor), `cmp`,
+`compare`, `fails`, `diag`. Record arguments take a name, `#INDEX`, or a regex matching one record.
+numpy only; comparison and diagnosis load on first use.
+"""
+
+from __future__ import annotations
+
+import cmd
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from .errors import OpdiffError
+from .store import Dump, Record
+from .store.format import numpy_dtype
+
+
+@dataclass
+class Session:
+    """What the shell looks at: one dump, or golden and target, and results computed on demand."""
+
+    golden: Dump
+    target: Dump | None = None
+    mapping: Any = None
+    comparison: Any = None
+    diagnosis: Any = None
+    _pair_of: dict[str, Any] = field(default_factory=dict)
+
+    def side(self, which: str) -> Dump:
+        if which in ("g", "golden"):
+            return self.golden
+        if which in ("t", "target"):
+            if self.target is None:
+                raise OpdiffError("no target dump open (start the shell with GOLDEN TARGET)")
+            return self.target
+        raise OpdiffError(f"unknown side {which!r}: use golden or target")
+
+    def compare(self):
+        if self.target is None:
+            raise OpdiffError("compare needs a target dump (start the shell with GOLDEN TARGET)")
+        if self.comparison is None:
+            from .compare import compare
+
+            self.comparison = compare(self.golden, self.target, mapping=self.mapping)
+            for r in self.comparison.results:
+                for rec in (r.golden, r.target):
+                    if rec is not None:
+                        self._pair_of.setdefault(rec.name, r)
+        return self.comparison
+
+    def pair_for(self, name: str):
+        self.compare()
+        return self._pair_of.get(name)
+
+
+def resolve(dump: Dump, ref: str) -> Record:
+    """A record by exact name, `#INDEX`, or a regex that matches exactly one record name."""
+    if ref in dump:
+        return dump[ref]
+    if ref.startswith("#") and ref[1:].isdigit():
+        i = int(ref[1:])
+        if 0 <= i < len(dump.records):
+            return dump.records[i]
+        raise OpdiffError(f"no record #{i} (the dump has {len(dump.records)})")
+    try:
+        pat = re.compile(ref)
+    except re.error as exc:
+        raise OpdiffError(f"{ref!r} is neither a record name nor a valid regex ({exc})") from None
+    hits = [r for r in dump.records if pat.search(r.name)]
+    if not hits:
+        raise OpdiffError(f"no record matches {ref!r}")
+    if len(hits) > 1:
+        shown = ", ".join(r.name for r in hits[:5])
+        raise OpdiffError(f"{len(hits)} records match {ref!r} (e.g. {shown}); be more specific or use #INDEX")
+    return hits[0]
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        return f"{float(x):.6g}"
+    return str(x)
+
+
+class Shell(cmd.Cmd):
+    """The command loop; each do_* is one shell command."""
+
+    intro = "opdiff shell — type help or ? to list commands, quit to leave."
+    prompt = "opdiff> "
+
+    def __init__(self, session: Session, console: Console | None = None, stdin=None):
+        super().__init__(stdin=stdin)
+        self.s = session
+        self.con = console or Console(width=160)
+        if stdin is not None and not stdin.isatty():
+            self.use_rawinput = False
+            self.prompt = ""
+            self.intro = None
+
+    # -- plumbing ----------------------------------------------------------------------
+    def onecmd(self, line: str) -> bool:
+        try:
+            return super().onecmd(line)
+        except OpdiffError as exc:
+            self.con.print(f"[red]error:[/] {exc}")
+        except (ValueError, KeyError) as exc:
+            self.con.print(f"[red]error:[/] {exc}")
+        return False
+
+    def emptyline(self) -> bool:
+        return False
+
+    def default(self, line: str) -> bool:
+        self.con.print(f"[red]unknown command:[/] {line.split()[0]} (type help)")
+        return False
+
+    @staticmethod
+    def _args(line: str) -> list[str]:
+        try:
+            return shlex.split(line)
+        except ValueError as exc:
+            raise OpdiffError(f"cannot parse arguments: {exc}") from None
+
+    def _side_and_ref(self, line: str) -> tuple[Dump, str, list[str]]:
+        args = self._args(line)
+        if not args:
+            raise OpdiffError("give a record: NAME, #INDEX or a regex")
+        dump = self.s.golden
+        if args[0] in ("-t", "--target"):
+            dump, args = self.s.side("target"), args[1:]
+        elif args[0] in ("-g", "--golden"):
+            args = args[1:]
+        if not args:
+            raise OpdiffError("give a record: NAME, #INDEX or a regex")
+        return dump, args[0], args[1:]
+
+    # -- commands ----------------------------------------------------------------------
+    def do_ls(self, line: str) -> None:
+        """ls [-t] [REGEX] [--op REGEX] [--module REGEX] [--limit N]: list records (golden, or -t target)."""
+        args = self._args(line)
+        dump = self.s.golden
+        name = op = module = None
+        limit = 50
+        it = iter(args)
+        for a in it:
+            if a in ("-t", "--target"):
+                dump = self.s.side("target")
+            elif a == "--op":
+                op = next(it, None)
+            elif a == "--module":
+                module = next(it, None)
+            elif a == "--limit":
+                limit = int(next(it, "50"))
+            else:
+                name = a
+        recs = dump.select(name=name, op=op, module=module)
+        table = Table(show_header=True, header_style="bold")
+        for col in ("#", "name", "dtype", "shape", "min", "max", "mean"):
+            table.add_column(col, overflow="fold")
+        for r in recs[:limit] if limit else recs:
+            st = r.stats
+            table.add_row(str(r.index), r.name, r.dtype, "x".join(map(str, r.shape)) or "()",
+                          _fmt(st.min if st else None), _fmt(st.max if st else None), _fmt(st.mean if st else None))
+        self.con.print(table)
+        if limit and len(recs) > limit:
+            self.con.print(f"... {len(recs) - limit} more (use --limit 0 for all)")
+
+    def do_ni(self, line: str) -> None:
+        """ni [-t] RECORD: node info — the record, its op call's other tensors, producer, source line."""
+        dump, ref, _ = self._side_and_ref(line)
+        r = resolve(dump, ref)
+        fields = [("name", r.name), ("index", r.index), ("node", r.node), ("module", r.module or "(root)"),
+                  ("op", r.op), ("level", r.level), ("call", r.call), ("direction", r.direction), ("role", r.role),
+                  ("pos", r.pos), ("dtype", r.dtype), ("shape", list(r.shape)), ("hash", r.hash),
+                  ("source", r.source), ("produced by", r.src), ("data", r.data["file"] if r.data else None)]
+        for k, v in fields:
+            if v is not None:
+                self.con.print(f"[bold]{k:>12}[/]: {v}")
+        if r.stats:
+            self.con.print("[bold]       stats[/]: " + "  ".join(f"{k}={_fmt(v)}" for k, v in r.stats.to_json().items()))
+        siblings = [x for x in dump.records if x.node == r.node and x.name != r.name]
+        if siblings:
+            self.con.print(f"[bold]other tensors of {r.node}[/]:")
+            for x in siblings:
+                self.con.print(f"  #{x.index} {x.direction}/{x.role}/{x.pos}  {x.dtype} {list(x.shape)}")
+        if self.s.target is not None and self.s.comparison is not None:
+            p = self.s.pair_for(r.name)
+            if p is not None:
+                self.con.print(f"[bold]      result[/]: {p.result} ({p.match}, {p.status}) {p.err_message}")
+
+    do_info = do_ni
+
+    def do_pt(self, line: str) -> None:
+        """pt [-t] RECORD [--full]: print the tensor's values and statistics."""
+        dump, ref, rest = self._side_and_ref(line)
+        r = resolve(dump, ref)
+        arr = dump.tensor(r)
+        opts = {"threshold": sys.maxsize} if "--full" in rest else {"threshold": 200, "edgeitems": 3}
+        with np.printoptions(precision=6, suppress=False, linewidth=150, **opts):
+            shown = arr.astype(np.float32) if numpy_dtype(r.dtype).kind == "V" or r.dtype in ("bfloat16",) or r.dtype.startswith("float8") else arr
+            self.con.print(f"[bold]{r.name}[/] {r.dtype} {list(r.shape)}", highlight=False)
+            self.con.print(np.array2string(np.asarray(shown)), highlight=False, markup=False)
+
+    def do_cmp(self, line: str) -> None:
+        """cmp GOLDEN_RECORD [TARGET_RECORD]: metrics of one pair (target defaults to the aligned or same-named record)."""
+        args = self._args(line)
+        if not args:
+            raise OpdiffError("cmp GOLDEN_RECORD [TARGET_RECORD]")
+        target = self.s.side("target")
+        g = resolve(self.s.golden, args[0])
+        if len(args) > 1:
+            t = resolve(target, args[1])
+        elif g.name in target:
+            t = target[g.name]
+        else:
+            p = self.s.pair_for(g.name)
+            if p is None or p.target is None:
+                raise OpdiffError(f"{g.name} has no counterpart in the target; name one")
+            t = p.target
+        from .compare import compare_pair
+        from .match.align import Pair
+
+        res = compare_pair(self.s.golden, target, Pair(golden=g, target=t, match="name" if g.name == t.name else "mapping"))
+        self.con.print(f"[bold]{g.name}[/] vs [bold]{t.name}[/]: [bold]{res.result}[/] ({res.mode}, {res.status})")
+        table = Table(show_header=False)
+        table.add_column("metric")
+        table.add_column("value")
+        for k, v in res.metrics.items():
+            table.add_row(k, _fmt(v))
+        self.con.print(table)
+        if res.err_message:
+            self.con.print(f"note: {res.err_message}")
+
+    def do_compare(self, line: str) -> None:
+        """compare: compare the whole golden/target pair and summarise the verdicts."""
+        c = self.s.compare()
+        counts = c.counts()
+        self.con.print("  ".join(f"{k}: {v}" for k, v in counts.items()))
+        first = c.first_fail()
+        if first is not None:
+            self.con.print(f"first FAIL: #{first.index} {first.name}")
+
+    def do_fails(self, line: str) -> None:
+        """fails [N]: the first N failing pairs in execution order (default 20)."""
+        args = self._args(line)
+        n = int(args[0]) if args else 20
+        c = self.s.compare()
+        rows = [r for r in c.results if r.result == "FAIL"][:n]
+        table = Table(show_header=True, header_style="bold")
+        for col in ("#", "name", "Cosine", "MaxAbsErr", "RelativeEuclideanDistance"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            table.add_row(str(r.index), r.name, *(_fmt(r.metrics.get(k)) for k in ("Cosine", "MaxAbsErr", "RelativeEuclideanDistance")))
+        self.con.print(table)
+
+    def do_diag(self, line: str) -> None:
+        """diag: diagnose the pair — the culprit, why, and what to do next."""
+        if self.s.diagnosis is None:
+            from .diagnose import diagnose
+
+            self.s.diagnosis = diagnose(self.s.golden, self.s.side("target"), mapping=self.s.mapping,
+                                        comparison=self.s.compare())
+        from .diagnose.report import render
+
+        render(self.s.diagnosis, self.con)
+
+    def do_quit(self, line: str) -> bool:
+        """quit: leave the shell."""
+        return True
+
+    do_exit = do_quit
+    do_EOF = do_quit
+
+
+def run_shell(golden: Dump, target: Dump | None = None, mapping=None, commands: list[str] | None = None,
+              stdin=None) -> None:
+    """Run the shell; with `commands`, run them in order and return (scripting and tests)."""
+    sh = Shell(Session(golden=golden, target=target, mapping=mapping), stdin=stdin or sys.stdin)
+    if commands:
+        for c in commands:
+            if sh.onecmd(c):
+                break
+        return
+    sh.cmdloop()
