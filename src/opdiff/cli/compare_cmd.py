@@ -13,7 +13,7 @@ import click
 from ..errors import DumpError, OpdiffError
 from ..store.reader import Dump, load
 
-FORMATS = ("csv", "xlsx", "json")
+FORMATS = ("csv", "xlsx", "json", "html")
 REPORT_STEM = "compare"
 
 
