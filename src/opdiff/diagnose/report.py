@@ -36,13 +36,21 @@ def _cos(x: Any) -> str:
     return "-" if x is None else (f"{x:.9f}" if isinstance(x, float) else str(x))
 
 
-def _tensor_table(title: str, rows: list[tuple[str, dict[str, Any]]]) -> Table:
+def _short(name: str | None, node: str | None) -> str:
+    """A record name without its node prefix when it belongs to `node` ("forward/output/0")."""
+    if name and node and name.startswith(node + "/"):
+        return name[len(node) + 1:]
+    return name or "-"
+
+
+def _tensor_table(title: str, rows: list[tuple[str, dict[str, Any]]], node: str | None = None) -> Table:
     table = Table(title=title, title_justify="left", show_lines=False, pad_edge=False)
     for col in ("", "target record", "dtype g/t", "shape", "err (units)", "cosine", "max abs err"):
         table.add_column(col, overflow="fold")
     for kind, t in rows:
         dt = t.get("dtype") or {}
-        table.add_row(kind, t.get("target") or f"(golden) {t.get('golden')}", f"{dt.get('golden')}/{dt.get('target')}",
+        name = _short(t.get("target"), node) if t.get("target") else f"(golden) {t.get('golden')}"
+        table.add_row(kind, name, f"{dt.get('golden')}/{dt.get('target')}",
                       "x".join(map(str, t.get("shape") or [])) or "()", fmt(t.get("error_units")), _cos(t.get("cosine")),
                       fmt(t.get("max_abs_err")))
     return table
@@ -69,7 +77,7 @@ def render(d: Diagnosis, console: Console | None = None, *, golden: str = "", ta
         rows = [("input", t) for t in ev.get("inputs", [])] + [("param", t) for t in ev.get("parameters", [])] + \
                [("output", t) for t in ev.get("outputs", [])] + [("diverging", t) for t in ev.get("diverging", [])]
         if rows:
-            c.print(_tensor_table("culprit's tensors", rows))
+            c.print(_tensor_table("culprit's tensors", rows, cu.get("node")))
     elif d.verdict == "inputs-differ":
         c.print(_tensor_table("model inputs that differ", [("input", t) for t in d.evidence.get("inputs", [])]))
     if d.first_divergence and d.verdict not in ("pass",):

@@ -148,7 +148,7 @@ def _advice(node: Node, how: str, replayable: bool) -> str:
         if re.search(pattern, f"{node.op} {node.module}", re.I):
             parts.append(text)
             break
-    if replayable:
+    if replayable and how != "parameter":
         parts.append(f"Confirm with: opdiff replay GOLDEN TARGET '{node.name}'.")
     return " ".join(parts) or "Compare this op's implementation and settings with golden's."
 

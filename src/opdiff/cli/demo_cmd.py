@@ -1,0 +1,38 @@
+"""`opdiff demo`: capture, compare and diagnose a real transformer whose target carries a secret fault."""
+
+from __future__ import annotations
+
+import click
+
+from ..zoo import BUILDERS
+
+
+@click.command("demo")
+@click.option("-o", "--out", "out", default="opdiff-demo", show_default=True, type=click.Path(),
+              help="Directory for the dumps and reports.")
+@click.option("--force", is_flag=True, help="Replace the demo's earlier outputs in --out.")
+@click.option("--model", type=click.Choice(sorted(BUILDERS)), default="gpt2", show_default=True,
+              help="Architecture from opdiff.zoo.")
+@click.option("--level", type=click.Choice(["module", "api", "aten"]), default="aten", show_default=True,
+              help="Capture level.")
+@click.option("--fault", default=None, help="Inject this fault instead of a secret random one (see opdiff.faults).")
+@click.option("--seed", type=int, default=None, help="Seed of the secret pick, to repeat a demo.")
+def demo_cmd(out, force, model, level, fault, seed):
+    """Run golden and a faulty target of a real model, then capture, compare and diagnose them.
+
+    The fault is picked at random and revealed after the diagnosis. Exits 0 when the diagnosis
+    found it, 1 when it did not, 2 on bad input.
+    """
+    import shutil
+
+    from rich.console import Console
+
+    from ..demo import run_demo
+
+    console = Console(width=max(120, shutil.get_terminal_size((120, 40)).columns))
+    res = run_demo(out, model=model, level=level, force=force, fault=fault, seed=seed, console=console)
+    return 0 if res.found else 1
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(demo_cmd)

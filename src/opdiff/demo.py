@@ -1,0 +1,137 @@
+"""`opdiff demo`: the whole job end to end on a real transformer, with a fault kept secret.
+
+Builds a model from opdiff.zoo, runs golden and a target carrying a fault picked at random
+(revealed only after the diagnosis), captures both, compares, diagnoses, writes the reports,
+and says whether the diagnosis found the fault. Needs torch and transformers.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from .errors import OpdiffError
+
+# what the demo may secretly inject: real faults mostly, sometimes a benign change or other inputs
+DEMO_FAULTS = ("norm_eps", "activation", "weight_row", "attention_scale", "softmax_fp16", "linear_bf16_input",
+               "fused_bug", "bf16_autocast", "inputs_noise")
+DEMO_SIZE = {"layers": 6, "width": 128}  # small enough for a minute on 2 cores, big enough to look real
+OUTPUTS = ("golden", "target", "compare.csv", "compare.xlsx", "compare.json", "diagnosis.json")
+
+
+@dataclass
+class DemoResult:
+    out: Path
+    model: str
+    level: str
+    fault: str
+    description: str
+    expected_module: str | None
+    verdict: str
+    culprit_module: str | None
+    found: bool
+    reports: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def prepare_out(out: Path, force: bool) -> None:
+    """An empty output directory; with `force`, the demo's own earlier outputs are replaced (nothing else)."""
+    if out.exists():
+        if not out.is_dir():
+            raise OpdiffError(f"{out}: exists and is not a directory")
+        if any(out.iterdir()):
+            if not force:
+                raise OpdiffError(f"{out}: output directory exists and is not empty (use --force to replace the demo's outputs)")
+            for name in OUTPUTS:
+                p = out / name
+                if p.is_dir():
+                    shutil.rmtree(p)
+                elif p.exists():
+                    p.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _size(model: str) -> dict[str, Any]:
+    return {"t5": {"layers": 3, "width": 128}, "resnet": {}}.get(model, DEMO_SIZE)
+
+
+def pick(model_name: str, seed: int | None, fault: str | None) -> tuple[str, int | None]:
+    """The secret: which fault, in which block (None: the middle one)."""
+    from . import faults, zoo
+
+    rng = random.Random(seed)
+    model, _ = zoo.build(model_name, **_size(model_name))
+    if fault is None:
+        choices = [f for f in DEMO_FAULTS if faults.applicable(f, model)]
+        fault = rng.choice(choices)
+    elif fault not in faults.FAULTS:
+        raise OpdiffError(f"--fault: unknown fault {fault!r} (choose from {', '.join(faults.FAULTS)})")
+    _, stack = faults.blocks(model)
+    layer = rng.randrange(1, len(stack) - 1) if len(stack) > 2 else None
+    return fault, layer
+
+
+def run_demo(out: str | Path = "opdiff-demo", *, model: str = "gpt2", level: str = "aten", force: bool = False,
+             fault: str | None = None, seed: int | None = None, console: Console | None = None) -> DemoResult:
+    """Run the demo; the fault stays hidden until the diagnosis is printed."""
+    from . import faults, zoo
+    from .capture import capture
+    from .compare import compare
+    from .diagnose import diagnose
+    from .diagnose.report import render, write_json
+    from .report import WRITERS, print_summary
+    from .store import load
+
+    c = console or Console()
+    if model not in zoo.BUILDERS:
+        raise OpdiffError(f"--model: unknown model {model!r} (choose from {', '.join(zoo.BUILDERS)})")
+    out = Path(out)
+    prepare_out(out, force)
+    secs: dict[str, float] = {}
+    t0 = time.perf_counter()
+    secret, layer = pick(model, seed, fault)
+    golden, inputs, target, inj = faults.build_pair(model, secret, layer, **_size(model))
+    c.print(f"[bold]opdiff demo[/]: a {type(golden).__name__} ({sum(p.numel() for p in golden.parameters()):,} parameters) "
+            f"from transformers; the target carries a secret change.")
+    with capture(golden, out / "golden", level=level, mode="tensor"):
+        faults.run(golden, inputs)
+    with capture(target, out / "target", level=level, mode="tensor"):
+        faults.run(target, inj.inputs, inj)
+    secs["build+capture"] = time.perf_counter() - t0
+    g, t = load(out / "golden"), load(out / "target")
+    c.print(f"captured golden ({len(g)} records) and target ({len(t)} records) at {level} level into {out}")
+
+    t1 = time.perf_counter()
+    cmp = compare(g, t)
+    reports = []
+    for fmt in ("csv", "xlsx", "json"):
+        path = out / f"compare.{fmt}"
+        WRITERS[fmt](cmp, path)
+        reports.append(str(path))
+    print_summary(cmp, console=c, top=3, outputs=reports, allow_unmatched=True)
+    secs["compare"] = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
+    d = diagnose(g, t, comparison=cmp)
+    secs["diagnose"] = time.perf_counter() - t2
+    c.rule("diagnosis")
+    render(d, c, golden=str(out / "golden"), target=str(out / "target"))
+    write_json(d, out / "diagnosis.json")
+    reports.append(str(out / "diagnosis.json"))
+
+    culprit = d.culprit["module"] if d.culprit else None
+    found = d.verdict in inj.verdicts and (inj.module is None or culprit == inj.module)
+    c.rule("the secret")
+    c.print(f"injected: [bold]{secret}[/] — {inj.description}")
+    expected = f"verdict {' or '.join(inj.verdicts)}" + (f", culprit {inj.module}" if inj.module else "")
+    c.print(f"expected {expected}; diagnosis said {d.verdict}" + (f", culprit {culprit}" if culprit else ""))
+    c.print("[bold green]diagnosis found it[/]" if found else "[bold red]diagnosis missed it[/]")
+    secs["total"] = time.perf_counter() - t0
+    c.print(f"reports: {', '.join(reports)}  ({secs['total']:.1f} s)")
+    return DemoResult(out, model, level, secret, inj.description, inj.module, d.verdict, culprit, found, reports, secs)
