@@ -27,7 +27,7 @@ SKIP = frozenset(f"torch.Tensor.{n}" for n in (
     "__bool__", "__int__", "__float__", "__index__", "__complex__", "__iter__", "__contains__", "__reversed__",
     "item", "tolist", "numpy", "__array__", "__array_wrap__", "__reduce_ex__", "__setstate__", "__deepcopy__",
     "__dlpack__", "__dlpack_device__", "requires_grad_", "retain_grad", "register_hook",
-    "register_post_accumulate_grad_hook", "new_empty", "new_empty_strided", "_version",
+    "register_post_accumulate_grad_hook", "new_empty", "new_empty_strided", "_version", "backward",
 )) | frozenset(f"torch.{n}" for n in (
     "is_tensor", "is_storage", "is_floating_point", "is_complex", "is_nonzero", "numel", "empty", "empty_like",
     "empty_strided", "is_grad_enabled", "get_default_dtype", "result_type", "can_cast", "promote_types",

@@ -27,6 +27,8 @@ SKIP_OPS = frozenset({
     "aten::new_empty_strided", "aten::_has_compatible_shallow_copy_type", "aten::record_stream", "aten::set_",
 })
 
+ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+
 _NAMES: dict[object, str | None] = {}
 _VIEWS: set[object] = set()
 
@@ -71,8 +73,12 @@ class AtenMode(TorchDispatchMode):
             return func(*args, **kwargs)
         else:
             direction = "backward"
-            module = node.metadata.get(NODE_KEY, "")
-            extra = {"grad_fn": node.name()}
+            grad_fn = node.name()
+            if grad_fn == ACCUMULATE_GRAD:  # a parameter's gradient accumulation: its owner module
+                module = s.param_owner.get(id(getattr(node, "variable", None)), "")
+            else:
+                module = node.metadata.get(NODE_KEY, "")
+            extra = {"grad_fn": grad_fn}
         call = s.recorder.counters.next(module, op)
         if not s.wanted(module, op):
             return func(*args, **kwargs)

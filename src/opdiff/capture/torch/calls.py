@@ -87,10 +87,10 @@ def record_outputs(s: "CaptureSession", c: Call, out: Any, grad_hooks: bool) -> 
     for pos, t in flatten(out):
         record_tensor(s, c, t, "output", pos)
         if grad_hooks and t.requires_grad:
-            t.register_hook(partial(_grad_hook, s, s.step_index, c, "output", pos))
+            t.register_hook(partial(grad_hook, s, s.step_index, c, "output", pos))
 
 
-def _grad_hook(s: "CaptureSession", step: int, c: Call, role: str, pos: str, grad: torch.Tensor) -> None:
+def grad_hook(s: "CaptureSession", step: int, c: Call, role: str, pos: str, grad: torch.Tensor) -> None:
     """Record the gradient w.r.t. one input/output of a call (direction backward, same node)."""
     if not s.recording or s.step_index != step or grad is None:
         return
@@ -99,11 +99,3 @@ def _grad_hook(s: "CaptureSession", step: int, c: Call, role: str, pos: str, gra
         record_tensor(s, c, grad, role, pos, direction="backward")
     finally:
         s.internal -= 1
-
-
-def grad_tap(s: "CaptureSession", c: Call, t: torch.Tensor, pos: str) -> torch.Tensor:
-    """An identity view of an input whose gradient is the gradient through this call alone."""
-    tap = t.view_as(t)
-    s.recorder.alias(tap, t)
-    tap.register_hook(partial(_grad_hook, s, s.step_index, c, "input", pos))
-    return tap

@@ -2,8 +2,9 @@
 
 Each module call pushes a frame (its path, its call node) that api/aten ops use to name the
 innermost module they ran in. The root model's own inputs and outputs are recorded at every level.
-With backward, each recorded call's inputs get an identity "tap" whose gradient is the gradient
-through this call alone, and each output a tensor hook (docs/capture.md, "Backward").
+With backward, each output gets a tensor hook, and the autograd nodes of the call that consume an
+input get node hooks whose contributions add up to the gradient through this call alone; neither
+changes the graph, so gradients stay bitwise the same (docs/capture.md, "Backward").
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ...store.format import node_name
-from .calls import Call, grad_tap, record_inputs, record_outputs, user_source
-from .naming import flatten
+from .calls import Call, grad_hook, record_inputs, record_outputs, record_tensor, user_source
+from .naming import flatten, flatten_call
 
 if TYPE_CHECKING:
     from .session import CaptureSession
@@ -39,6 +40,7 @@ class Frame:
     path: str
     call: Call | None  # None when the call itself is not recorded (api/aten level, filtered out)
     seq0: int  # first autograd sequence number this call could create
+    grad_inputs: list | None = None  # (pos, tensor) of inputs whose gradient is wanted
 
 
 def install(s: "CaptureSession") -> list:
@@ -52,17 +54,6 @@ def install(s: "CaptureSession") -> list:
     return handles
 
 
-def _tap_inputs(s: "CaptureSession", c: Call, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-    """Replace the call's top-level tensor arguments that require grad by gradient taps."""
-    if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values())):
-        return None
-    new_args = tuple(grad_tap(s, c, a, str(i)) if isinstance(a, torch.Tensor) and a.requires_grad else a
-                     for i, a in enumerate(args))
-    new_kwargs = {k: grad_tap(s, c, v, f"kwargs.{k}") if isinstance(v, torch.Tensor) and v.requires_grad else v
-                  for k, v in kwargs.items()}
-    return new_args, new_kwargs
-
-
 def _pre(s: "CaptureSession", path: str, op: str, is_root: bool, module, args: tuple, kwargs: dict):
     if not s.recording:
         return None
@@ -74,12 +65,14 @@ def _pre(s: "CaptureSession", path: str, op: str, is_root: bool, module, args: t
         c = None
         if is_root or (s.level == "module" and s.wanted(path, op)):
             c = Call(node_name(path, op, call), path, op, "module", call, source=user_source() if s.source else None)
-        s.stack.append(Frame(module, path, c, _next_sequence_nr() if s.tag_graph else 0))
+        want_grads = c is not None and s.backward and torch.is_grad_enabled()
+        frame = Frame(module, path, c, _next_sequence_nr() if s.tag_graph or want_grads else 0)
+        s.stack.append(frame)
         if c is None:
             return None
         record_inputs(s, c, args, kwargs)
-        if s.backward and torch.is_grad_enabled():
-            return _tap_inputs(s, c, args, kwargs)
+        if want_grads:
+            frame.grad_inputs = [(pos, t) for pos, t in flatten_call(args, kwargs) if t.requires_grad]
         return None
     finally:
         s.internal -= 1
@@ -96,6 +89,8 @@ def _post(s: "CaptureSession", path: str, op: str, is_root: bool, module, args: 
     try:
         if frame.call is not None:
             record_outputs(s, frame.call, output, grad_hooks=s.backward and torch.is_grad_enabled())
+        if frame.grad_inputs:
+            watch_input_grads(s, frame.call, frame.grad_inputs, output, frame.seq0)
         if s.tag_graph:
             tag_autograd_nodes(output, path, frame.seq0)
         return None
@@ -121,3 +116,74 @@ def tag_autograd_nodes(output: Any, path: str, seq0: int) -> None:
         if NODE_KEY not in md:
             md[NODE_KEY] = path
         todo.extend(n for n, _ in fn.next_functions if n is not None)
+
+
+class _InputGrad:
+    """The gradient w.r.t. one input of one call: the sum of what the call's consumer nodes send it."""
+
+    __slots__ = ("pos", "pending", "total")
+
+    def __init__(self, pos: str):
+        self.pos, self.pending, self.total = pos, 0, None
+
+
+def watch_input_grads(s: "CaptureSession", c: Call, inputs: list, output: Any, seq0: int) -> None:
+    """Hook the autograd nodes made by this call that consume its inputs (no node is added to the graph)."""
+    targets: dict[tuple[int, int], str] = {}
+    leaves: dict[int, str] = {}
+    passed_through = {id(t) for _, t in flatten(output)}
+    for pos, t in inputs:
+        if id(t) in passed_through:  # returned as is (e.g. Dropout in eval): its gradient is the output's
+            t.register_hook(partial(grad_hook, s, s.step_index, c, "input", pos))
+        elif t.grad_fn is not None:
+            targets[(id(t.grad_fn), t.output_nr)] = pos
+        else:
+            leaves[id(t)] = pos
+    held = [t.grad_fn for _, t in inputs]  # keeps the ids above valid during the walk
+    consumers: list[tuple[Any, list[tuple[int, str]]]] = []
+    todo = [t.grad_fn for _, t in flatten(output) if t.grad_fn is not None]
+    visited: set[int] = set()
+    while todo:
+        fn = todo.pop()
+        if id(fn) in visited or fn._sequence_nr() < seq0:
+            continue
+        visited.add(id(fn))
+        held.append(fn)
+        edges = []
+        for k, (nxt, nr) in enumerate(fn.next_functions):
+            if nxt is None:
+                continue
+            pos = targets.get((id(nxt), nr))
+            if pos is None and leaves:
+                pos = leaves.get(id(getattr(nxt, "variable", None)))
+            if pos is not None:
+                edges.append((k, pos))
+            else:
+                todo.append(nxt)
+        if edges:
+            consumers.append((fn, edges))
+    accs = {pos: _InputGrad(pos) for _, edges in consumers for _, pos in edges}
+    for fn, edges in consumers:
+        for pos in {pos for _, pos in edges}:
+            accs[pos].pending += 1
+        fn.register_hook(partial(_consumer_hook, s, s.step_index, c, edges, accs))
+
+
+def _consumer_hook(s: "CaptureSession", step: int, c: Call, edges: list, accs: dict, grad_inputs, grad_outputs) -> None:
+    if not s.recording or s.step_index != step:
+        return
+    s.internal += 1
+    try:
+        for k, pos in edges:
+            g = grad_inputs[k]
+            if g is not None:
+                acc = accs[pos]
+                acc.total = g if acc.total is None else acc.total + g  # our own sum: the graph's grads are untouched
+        for pos in {pos for _, pos in edges}:
+            acc = accs[pos]
+            acc.pending -= 1
+            if acc.pending == 0 and acc.total is not None:
+                total, acc.total = acc.total, None
+                record_tensor(s, c, total, "input", pos, direction="backward")
+    finally:
+        s.internal -= 1

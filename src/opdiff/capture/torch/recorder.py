@@ -87,12 +87,6 @@ class Recorder:
             return e
         return None
 
-    def alias(self, new: torch.Tensor, old: torch.Tensor) -> None:
-        """Treat `new` (an identity view made by capture itself) as `old` for dedup and links."""
-        e = self.lookup(old)
-        if e is not None:
-            self._remember(new, e.record, e.stats, e.hash, e.producer)
-
     def link_view(self, view: torch.Tensor, base: torch.Tensor) -> None:
         """A view made by a skipped op: its producer is its base's (src looks through views)."""
         e = self.lookup(base)

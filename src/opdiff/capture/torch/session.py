@@ -86,7 +86,7 @@ class CaptureSession:
         self._wanted: dict[tuple[str, str], bool] = {}
         self._params_done = False
         self._grad_calls: dict[int, int] = {}
-        self._param_names: dict[int, tuple[str, str]] = {}
+        self.param_owner: dict[int, str] = {}  # id(parameter) -> path of the module owning it
         self.steps_captured: list[int] = []
 
     # -- options ------------------------------------------------------------------------------
@@ -129,6 +129,7 @@ class CaptureSession:
         self.writer = DumpWriter(self.path, self.meta(), overwrite=self.overwrite)
         self.recorder = Recorder(self.writer, self.mode, self.rank, self.source)
         try:
+            self.param_owner = {id(p): mpath for mpath, _, p in self._named_parameters()}
             self._handles = module_hooks.install(self)
             if self.backward:
                 self._install_grad_hooks()
@@ -230,7 +231,6 @@ class CaptureSession:
     def _install_grad_hooks(self) -> None:
         for mpath, pname, p in self._named_parameters():
             if p.requires_grad:
-                self._param_names[id(p)] = (mpath, pname)
                 self._handles.append(p.register_post_accumulate_grad_hook(partial(self._param_grad, mpath, pname)))
 
     def _param_grad(self, mpath: str, pname: str, p: torch.Tensor) -> None:
