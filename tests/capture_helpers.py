@@ -130,6 +130,8 @@ def decode(obj, tensor):
         return slice(*(decode(v, tensor) for v in obj["slice"]))
     if "ellipsis" in obj:
         return Ellipsis
+    if "tuple" in obj:
+        return tuple(decode(v, tensor) for v in obj["tuple"])
     if "dict" in obj:
         return {k: decode(v, tensor) for k, v in obj["dict"].items()}
     raise ValueError(f"not replayable: {obj}")

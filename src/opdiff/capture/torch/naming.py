@@ -96,7 +96,10 @@ def skeleton(obj: Any, prefix: str, tensor_ref: Callable[[str, torch.Tensor], An
         return {"complex": [obj.real, obj.imag]}
     if depth < MAX_DEPTH:
         if isinstance(obj, (tuple, list)):
-            return [skeleton(v, _join(prefix, i), tensor_ref, depth + 1) for i, v in enumerate(obj)]
+            items = [skeleton(v, _join(prefix, i), tensor_ref, depth + 1) for i, v in enumerate(obj)]
+            if isinstance(obj, tuple) and any(v is None or v is Ellipsis or isinstance(v, (slice, torch.Tensor)) for v in obj):
+                return {"tuple": items}  # an indexing tuple: torch reads a list index differently
+            return items
         if isinstance(obj, dict) and all(isinstance(k, str) for k in obj):
             return {"dict": {k: skeleton(v, _join(prefix, k), tensor_ref, depth + 1) for k, v in obj.items()}}
     return {"object": f"{type(obj).__module__}.{type(obj).__qualname__}"}
