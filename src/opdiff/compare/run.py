@@ -307,11 +307,13 @@ def compare(
     done = 0
     report = _progress(progress, total)
     local = threading.local()
+    spaces: list[Workspace] = []
 
     def run(batch: list[int]) -> list[tuple[int, PairResult]]:
         ws = getattr(local, "ws", None)
         if ws is None:
             ws = local.ws = Workspace()
+            spaces.append(ws)  # list.append is atomic: each worker thread adds its own
         return [(i, compare_pair(golden, target, pairs[i], mode, thresholds, ws)) for i in batch]
 
     sizes = dict(work)
@@ -333,6 +335,8 @@ def compare(
                     report(done)
     finally:
         report(None)
+        for ws in spaces:
+            ws.close()
     final: list[PairResult] = []
     for i, r in enumerate(results):
         assert r is not None

@@ -209,6 +209,22 @@ def chunk_fast(g, t, p, acc, cnt, sad, srel, base):
 
 
 @nb.njit(**_OPTS)
+def fold(g, t, p, acc, cnt, sad, srel, base):
+    """Fold a chunk of any length in cache-sized blocks (len(sad)): the vectorized path for
+    all-finite blocks, the careful one for blocks holding nan/inf."""
+    n = g.size
+    step = sad.size
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        gs = g[s:e]
+        ts = t[s:e]
+        if all_finite(gs, ts):
+            chunk_fast(gs, ts, p, acc, cnt, sad, srel, base + s)
+        else:
+            chunk_careful(gs, ts, p, acc, cnt, base + s)
+
+
+@nb.njit(**_OPTS)
 def chunk_careful(g, t, p, acc, cnt, base):
     """Fold a chunk holding nan/inf: count them per side, compare the finite pairs one by one."""
     for i in range(g.size):

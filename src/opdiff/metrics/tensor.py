@@ -23,7 +23,8 @@ from . import kernel as K
 from . import names as M
 
 ERR_MESSAGE = "Err_message"
-CHUNK_ELEMENTS = 1 << 17
+CHUNK_ELEMENTS = 1 << 20  # elements read per side at a time (4 MB of fp32)
+BLOCK_ELEMENTS = 1 << 13  # elements the kernel folds at a time: its scratch stays in L1/L2
 # dtypes float32 cannot hold exactly: their pairs run through the float64 kernel
 _WIDE = frozenset({"float64", "int64", "int32", "uint64", "uint32"})
 
@@ -56,23 +57,53 @@ class TensorSource:
 
 @dataclass
 class Workspace:
-    """Reusable chunk buffers of one worker thread (allocated once, reused for every pair)."""
+    """Reusable chunk buffers and open shard files of one worker thread (kept across pairs)."""
 
     chunk: int = CHUNK_ELEMENTS
-    _bufs: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    _bufs: dict[tuple[str, np.dtype | None], np.ndarray] = field(default_factory=dict)
+    _fds: dict[Path, int] = field(default_factory=dict)
 
     def buf(self, role: str, dtype: np.dtype) -> np.ndarray:
-        dtype = np.dtype(dtype)
-        key = (role, dtype.str + dtype.name)
-        b = self._bufs.get(key)
+        b = self._bufs.get((role, dtype))
         if b is None:
-            b = self._bufs[key] = np.empty(self.chunk, dtype=dtype)
+            b = self._bufs[(role, dtype)] = np.empty(self.chunk, dtype=dtype)
         return b
+
+    def block(self, role: str) -> np.ndarray:
+        """A float64 scratch buffer of one kernel block."""
+        b = self._bufs.get((role, None))
+        if b is None:
+            b = self._bufs[(role, None)] = np.empty(BLOCK_ELEMENTS, dtype=np.float64)
+        return b
+
+    def fd(self, path: Path) -> int:
+        """A read-only descriptor of `path`, opened once per workspace."""
+        fd = self._fds.get(path)
+        if fd is None:
+            try:
+                fd = self._fds[path] = os.open(path, os.O_RDONLY)
+            except OSError as exc:
+                raise TensorDataError(f"{path}: cannot open shard: {exc.strerror or exc}") from None
+        return fd
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def kernel_dtype(a: str, b: str) -> np.dtype:
     """float32 when it holds both dtypes exactly, else float64."""
-    return np.dtype(np.float64) if a in _WIDE or b in _WIDE else np.dtype(np.float32)
+    return F64 if a in _WIDE or b in _WIDE else F32
 
 
 class _Reader:
@@ -87,10 +118,7 @@ class _Reader:
         self.fd = None
         self.hasher = None
         if src.array is None:
-            try:
-                self.fd = os.open(src.path, os.O_RDONLY)
-            except OSError as exc:
-                raise TensorDataError(f"{src.path}: cannot open shard: {exc.strerror or exc}") from None
+            self.fd = ws.fd(src.path)
             if verify and src.hash and src.hash.startswith("xxh3:"):
                 self.hasher = xxhash.xxh3_64()
                 self.hasher.update(f"{src.dtype}{list(src.shape)}".encode())
@@ -120,26 +148,18 @@ class _Reader:
             raise TensorDataError(f"{self.src.path}: data of {self.src.label!r} does not match its recorded "
                                   f"hash (corrupt shard)")
 
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
 
 def finite_range(src: TensorSource, ws: Workspace) -> tuple[float | None, float | None, float]:
     """(min, max) over the finite elements (None when there are none) and a shift near the data."""
     kd = kernel_dtype(src.dtype, src.dtype)
     rd = _Reader(src, ws, "range", kd, verify=False)
     lo, hi, first, found = math.inf, -math.inf, 0.0, False
-    try:
-        for start in range(0, src.numel, ws.chunk):
-            c_lo, c_hi, c_first, c_found = K.finite_range(rd.read(start, min(ws.chunk, src.numel - start)))
-            if c_found:
-                if not found:
-                    first, found = c_first, True
-                lo, hi = min(lo, c_lo), max(hi, c_hi)
-    finally:
-        rd.close()
+    for start in range(0, src.numel, ws.chunk):
+        c_lo, c_hi, c_first, c_found = K.finite_range(rd.read(start, min(ws.chunk, src.numel - start)))
+        if c_found:
+            if not found:
+                first, found = c_first, True
+            lo, hi = min(lo, c_lo), max(hi, c_hi)
     return (lo, hi, first) if found else (None, None, 0.0)
 
 
@@ -161,7 +181,10 @@ def pair_metrics(
 ) -> dict[str, Any]:
     """Every real-data metric of one pair in one streaming pass (plus a min/max pre-pass per side
     when its range is not given: the KL normalization needs it). Raises TensorDataError on bad data."""
-    ws = ws or Workspace()
+    if ws is None:
+        with Workspace() as own:
+            return pair_metrics(golden, target, own, golden_range=golden_range, target_range=target_range,
+                                verify=verify)
     if tuple(golden.shape) != tuple(target.shape):
         return na_metrics(f"shape mismatch: golden {list(golden.shape)} vs target {list(target.shape)}")
     n = golden.numel
@@ -175,23 +198,16 @@ def pair_metrics(
     p[K.P_GSHIFT], p[K.P_TSHIFT] = g_shift, t_shift
     acc, cnt = K.new_state()
     kd = kernel_dtype(golden.dtype, target.dtype)
-    sad, srel = ws.buf("sad", np.float64), ws.buf("srel", np.float64)
+    sad, srel = ws.block("sad"), ws.block("srel")
     rg = _Reader(golden, ws, "g", kd, verify)
     rt = _Reader(target, ws, "t", kd, verify)
-    try:
-        for start in range(0, n, ws.chunk):
-            count = min(ws.chunk, n - start)
-            g = rg.read(start, count)
-            t = rt.read(start, count)
-            if K.all_finite(g, t):
-                K.chunk_fast(g, t, p, acc, cnt, sad, srel, start)
-            else:
-                K.chunk_careful(g, t, p, acc, cnt, start)
-        rg.finish()
-        rt.finish()
-    finally:
-        rg.close()
-        rt.close()
+    for start in range(0, n, ws.chunk):
+        count = min(ws.chunk, n - start)
+        g = rg.read(start, count)
+        t = rt.read(start, count)
+        K.fold(g, t, p, acc, cnt, sad, srel, start)
+    rg.finish()
+    rt.finish()
     g_absmax = None if g_lo is None else max(abs(g_lo), abs(g_hi))
     return finalize(acc, cnt, n, g_absmax, (g_shift, t_shift))
 

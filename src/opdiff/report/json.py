@@ -59,8 +59,8 @@ def pair_json(r: PairResult) -> dict[str, Any]:
     }
 
 
-def comparison_json(cmp: Comparison, worst: int = 20) -> dict[str, Any]:
-    """The whole report as a JSON-ready dict."""
+def comparison_json(cmp: Comparison, worst: int = 20, pairs: bool = True) -> dict[str, Any]:
+    """The whole report as a JSON-ready dict (without the "pairs" array when pairs=False)."""
     ff = cmp.first_fail()
     return {
         "schema": SCHEMA,
@@ -83,12 +83,17 @@ def comparison_json(cmp: Comparison, worst: int = 20) -> dict[str, Any]:
             "tensor_bytes": cmp.tensor_bytes,
             "workers": cmp.workers,
         },
-        "pairs": [pair_json(r) for r in cmp.results],
+        **({"pairs": [pair_json(r) for r in cmp.results]} if pairs else {}),
     }
 
 
 def write_json(cmp: Comparison, path: str | os.PathLike) -> None:
-    """Write the JSON report (strict JSON: allow_nan=False)."""
+    """Write the JSON report (strict JSON: allow_nan=False), one pair per line, streamed: memory
+    does not grow with the number of pairs."""
+    head = json.dumps(comparison_json(cmp, pairs=False), separators=(",", ":"), allow_nan=False)
+    enc = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(comparison_json(cmp), f, indent=1, allow_nan=False)
-        f.write("\n")
+        f.write(head[:-1] + ',"pairs":[\n')
+        for i, r in enumerate(cmp.results):
+            f.write(("," if i else "") + enc.encode(pair_json(r)) + "\n")
+        f.write("]}\n")
