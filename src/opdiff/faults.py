@@ -76,7 +76,7 @@ def middle_block(model, layer: int | None = None) -> str:
 
 def _inside(model, prefix: str) -> Iterator[tuple[str, Any]]:
     for path, mod in model.named_modules():
-        if path.startswith(prefix + "."):
+        if path and (not prefix or path.startswith(prefix + ".")):
             yield path, mod
 
 
@@ -315,6 +315,71 @@ def _fused_ok(model, inputs, block):
     return None, f"{type(mod).__name__} {path}: replaced by a correct fused kernel"
 
 
+def _rope_base(model, inputs, block):
+    import torch
+
+    path, rot = _first(model, "", lambda p, m: isinstance(getattr(m, "inv_freq", None), torch.Tensor), "rotary embedding")
+    rot.inv_freq.mul_(1.01)
+    return path, f"{type(rot).__name__} {path}: rotary frequencies scaled by 1.01 (another rope theta)"
+
+
+def _dropout_on(model, inputs, block):
+    import torch
+
+    drops = [(p, m) for p, m in _inside(model, block) if isinstance(m, torch.nn.Dropout)]
+    if not drops:
+        raise ValueError(f"{type(model).__name__}: no Dropout inside {block}")
+    path, drop = drops[-1]  # the last one: attention-probability dropouts inside sdpa are not module calls
+    drop.p = 0.1
+    drop.train()
+    return path, f"Dropout {path}: left in training mode with p=0.1"
+
+
+def _linear_fp16(model, inputs, block):
+    import torch
+
+    path, lin = _mlp_linear(model, block)
+    lin.forward = lambda x: _linear_math(lin, x.half(), lin.weight.half()).float() if lin.bias is None else \
+        (_linear_math_half(lin, x)).float()
+    return path, f"{type(lin).__name__} {path}: computed in fp16"
+
+
+def _linear_math_half(lin, x):
+    import torch
+
+    saved = lin.bias
+    try:
+        lin.bias = torch.nn.Parameter(saved.detach().half(), requires_grad=False)
+        return _linear_math(lin, x.half(), lin.weight.half())
+    finally:
+        lin.bias = saved
+
+
+def _embedding_row(model, inputs, block):
+    import torch
+
+    path, emb = _first(model, "", lambda p, m: isinstance(m, torch.nn.Embedding), "Embedding")
+    if sum(1 for _, m in model.named_modules(remove_duplicate=False) if m is emb) > 1:
+        raise ValueError(f"{type(model).__name__}: embedding {path} is shared under several module paths")
+    ids = inputs.get("input_ids")
+    row = int(ids.reshape(-1)[0]) if ids is not None else 0
+    with torch.no_grad():
+        emb.weight[row] *= 1.01
+    return path, f"Embedding {path}: row {row} scaled by 1.01"
+
+
+def _final_norm_eps(model, inputs, block):
+    norms = [(p, m) for p, m in model.named_modules() if _is_norm(m)]
+    if not norms:
+        raise ValueError(f"{type(model).__name__}: no norm")
+    path, norm = norms[-1]
+    attr = "eps" if hasattr(norm, "eps") else "variance_epsilon"
+    old = getattr(norm, attr)
+    new = max(old * 10, 1e-4)
+    setattr(norm, attr, new)
+    return path, f"{type(norm).__name__} {path} (the last norm): {attr} {old:g} -> {new:g}"
+
+
 def _identical(model, inputs, block):
     return None, "nothing changed: the same model run twice"
 
@@ -366,6 +431,17 @@ FAULTS: dict[str, Fault] = {f.name: f for f in [
     Fault("inputs_seed", "inputs", "inputs drawn with another seed", _identical),
     Fault("inputs_noise", "inputs", "noise in the inputs", _identical),
 ]}
+# more scenarios of the same kinds, at other places of the model (opdiff's own, beyond the list)
+EXTRA: dict[str, Fault] = {f.name: f for f in [
+    Fault("rope_base", "fault", "rotary embedding frequencies changed", _rope_base),
+    Fault("dropout_on", "fault", "a dropout left in training mode", _dropout_on),
+    Fault("linear_fp16", "fault", "a Linear computed in fp16", _linear_fp16),
+    Fault("embedding_row", "fault", "an embedding row scaled by 1.01", _embedding_row),
+    Fault("final_norm_eps", "fault", "the last norm's epsilon changed", _final_norm_eps),
+    Fault("half_model", "benign", "the whole target in fp16", _identical),
+    Fault("bf16_model", "benign", "the whole target in bf16", _identical),
+]}
+FAULTS.update(EXTRA)
 
 
 def applicable(fault: str, model) -> bool:
@@ -404,6 +480,13 @@ def inject(fault: str, model, inputs: dict[str, Any], layer: int | None = None, 
 
         inj.autocast = torch.bfloat16
         inj.description = "target runs under torch.autocast('cpu', dtype=torch.bfloat16)"
+    elif fault in ("half_model", "bf16_model"):
+        import torch
+
+        dtype = torch.float16 if fault == "half_model" else torch.bfloat16
+        model.to(dtype)
+        inj.inputs = {k: v.to(dtype) if torch.is_tensor(v) and v.is_floating_point() else v for k, v in inputs.items()}
+        inj.description = f"the whole target model and its float inputs in {str(dtype).removeprefix('torch.')}"
     elif fault in ("inputs_seed", "inputs_noise"):
         noise = 1e-3 if fault == "inputs_noise" else None
         inj.inputs = _other_inputs(inputs, seed=1234, noise=noise)

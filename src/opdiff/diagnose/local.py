@@ -38,6 +38,18 @@ def inherited(graph: Graph, t: Tensor) -> float:
     return max(errs) if errs else 0.0
 
 
+def abs_jump(graph: Graph, noise: Noise, t: Tensor, op: str, node: int) -> float:
+    """The same test on absolute errors (MaxAbsErr): an op like cos or a scaling multiplies relative
+    error without adding any of its own; its absolute error stays that of its inputs."""
+    srcs = graph.known_sources(t)
+    if t.abs_err is None or not srcs or any(s.abs_err is None for s in srcs):
+        return math.inf
+    inh = max(s.abs_err for s in srcs)  # type: ignore[type-var]
+    if inh == 0:
+        return math.inf
+    return t.abs_err / (noise.allowance(op, node) * inh)
+
+
 def _root_inputs(graph: Graph) -> set[int]:
     if graph.root is None:
         return set()
@@ -84,6 +96,8 @@ def events(graph: Graph, noise: Noise) -> list[Event]:
         else:
             thr = noise.threshold(t.unit, inh, node.op, node.id)
             jump = t.err / thr if thr > 0 else math.inf
+            if jump > 1 and inh > 0:
+                jump = min(jump, abs_jump(graph, noise, t, node.op, node.id))
         if jump > 1:
             blamed, how = graph.blame(t)
             out.append(Event(t.id, blamed, how, t.err, inh, thr, jump, propagates(graph, noise, t)))
@@ -106,11 +120,20 @@ def propagates(graph: Graph, noise: Noise, t: Tensor) -> bool:
         outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
         if not outs:
             return True  # an op golden does not have, or outputs not recorded: cannot tell
-        others = [s for s in node.inputs + node.params if s != via]
-        inh = max((graph.tensors[s].err or 0.0 for s in others), default=0.0)
+        others = [graph.tensors[s] for s in node.inputs + node.params if s != via]
+        inh = max((_background(graph, noise, o) for o in others), default=0.0)
         if any(o.err is not None and o.err > noise.threshold(o.unit, inh, node.op, node.id) for o in outs):
             return True
     return False
+
+
+def _background(graph: Graph, noise: Noise, t: Tensor) -> float:
+    """The error a tensor brings along from upstream: its own if inherited, its sources' if fresh."""
+    if t.err is None:
+        return 0.0
+    inh = inherited(graph, t)
+    node = graph.nodes[t.node]
+    return inh if t.err > noise.threshold(t.unit, inh, node.op, node.id) else t.err
 
 
 def contributions(graph: Graph, noise: Noise, top: int = 5) -> list[tuple[int, float]]:

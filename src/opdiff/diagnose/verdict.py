@@ -226,8 +226,7 @@ def decide(graph: Graph, noise: Noise, events: list[Event], overflow: Overflow |
                     "augmentation off, same tokenizer; then compare again.")
         return d
 
-    ev_first = cands[pick][1] if pick is not None else None
-    if overflow is not None and (ev_first is None or graph.tensors[overflow.tensor].order <= graph.tensors[ev_first.tensor].order):
+    if overflow is not None:  # inf/nan where golden is finite is the headline, whatever came before it
         node = graph.nodes[overflow.node]
         t = graph.tensors[overflow.tensor]
         main = _main_output(graph, node, t, noise)
@@ -240,6 +239,9 @@ def decide(graph: Graph, noise: Noise, events: list[Event], overflow: Overflow |
                      "target": main.target.name if main.target else None, "reason": reason,
                      "how": overflow.how, "golden_overflows": overflow.golden_overflows}
         d.summary = f"overflow in {node.module or '<root>'} ({node.op}): {reason}"
+        if pick is not None and graph.tensors[cands[pick][1].tensor].order < t.order:
+            before = cands[pick][0]
+            d.summary += f"; before it, {before.module or '<root>'} ({before.op}) already adds an error of its own"
         d.evidence = _node_evidence(graph, node, t)
         d.advice = ("Compute this op in a wider dtype (fp32 or bf16 instead of fp16), subtract the max before exp, "
                     "or rescale its inputs; golden's values show how large they get.")
