@@ -109,6 +109,8 @@ def stats_of(t: torch.Tensor, name: str) -> Stats:
 def device_stats(t: torch.Tensor, name: str) -> Stats:
     """Statistics computed on the tensor's own device in float64 (one sync), for non-CPU tensors."""
     n = t.numel()
+    if n == 0:
+        return Stats(numel=0)
     x = t.detach().reshape(-1)
     if name == "bool":
         x = x.to(torch.uint8)
@@ -117,10 +119,9 @@ def device_stats(t: torch.Tensor, name: str) -> Stats:
         finite = torch.isfinite(x)
         counts = torch.stack([torch.isnan(x).sum(), (x == math.inf).sum(), (x == -math.inf).sum(), (x == 0).sum(),
                               finite.sum()])
-        x = torch.where(finite, x, 0.0)
-        fin_big = torch.where(finite, x, math.inf)
-        mn = fin_big.min()
+        mn = torch.where(finite, x, math.inf).min()
         mx = torch.where(finite, x, -math.inf).max()
+        x = torch.where(finite, x, 0.0)
     else:
         counts = torch.stack([torch.zeros((), dtype=torch.int64, device=x.device)] * 3 + [(x == 0).sum(),
                               torch.tensor(n, device=x.device)])
