@@ -54,9 +54,11 @@ def test_stats_and_hash_equal_the_numpy_reference(dtype, n):
     ref = tensor_stats(arr)
     _check(stats_of(t, name), ref)
     _check(device_stats(t, name), ref)  # the path for tensors on an accelerator
-    _check(array_stats(host_copy(t, name), name), ref)
+    copy, stats = host_copy(t, name)
+    _check(stats, ref)
+    _check(array_stats(copy, name), ref)
     assert hash_of(t, name) == content_hash(arr, name, tuple(arr.shape))
-    assert same_bits(host_copy(t, name), arr)
+    assert same_bits(copy, arr) and not np.shares_memory(copy, arr)
 
 
 def test_views_scalars_and_all_nonfinite():
@@ -64,6 +66,9 @@ def test_views_scalars_and_all_nonfinite():
     for t in (base.transpose(0, 2), base[:, 1:5, ::2], base[0, 0, 0], base.expand(2, 6, 7, 5)[1], base.permute(2, 0, 1)):
         arr = to_np(t)
         _check(stats_of(t, "float32"), tensor_stats(arr))
+        copy, stats = host_copy(t, "float32")
+        _check(stats, tensor_stats(arr))
+        assert same_bits(copy, arr)
         assert hash_of(t, "float32") == content_hash(arr, "float32", tuple(arr.shape))
     nonfinite = torch.tensor([math.nan, math.inf, -math.inf])
     s = stats_of(nonfinite, "float32")

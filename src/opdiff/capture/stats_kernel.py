@@ -47,11 +47,27 @@ def _value_impl(x, table, i):
     return lambda x, table, i: table[x[i]]
 
 
+def _copy(dst, x, i):
+    """dst[i] = x[i], or nothing when there is no `dst` (statistics only)."""
+
+
+@overload(_copy, inline="always")
+def _copy_impl(dst, x, i):
+    if isinstance(dst, types.NoneType):
+        return lambda dst, x, i: None
+
+    def impl(dst, x, i):
+        dst[i] = x[i]
+
+    return impl
+
+
 @nb.njit(cache=True, nogil=True)
-def _chunk(x, table, lo, hi, o):
+def _chunk(x, table, dst, lo, hi, o):
     mn, mx, s1, s2 = np.inf, -np.inf, 0.0, 0.0
     fin = nan = pinf = ninf = zeros = 0
     for i in range(lo, hi):
+        _copy(dst, x, i)
         v = _value(x, table, i)
         zeros += v == 0.0
         if v - v == 0.0:  # finite
@@ -83,19 +99,19 @@ def _combine(parts):
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _stats_parallel(x, table):
+def _stats_parallel(x, table, dst):
     n = x.size
     nch = (n + CHUNK - 1) // CHUNK
     parts = np.zeros((nch, _OUT))
     for c in nb.prange(nch):
-        _chunk(x, table, c * CHUNK, min(n, (c + 1) * CHUNK), parts[c])
+        _chunk(x, table, dst, c * CHUNK, min(n, (c + 1) * CHUNK), parts[c])
     return _combine(parts)
 
 
 @nb.njit(cache=True, nogil=True)
-def _stats_serial(x, table):
+def _stats_serial(x, table, dst):
     parts = np.zeros((1, _OUT))
-    _chunk(x, table, 0, x.size, parts[0])
+    _chunk(x, table, dst, 0, x.size, parts[0])
     return _combine(parts)
 
 
@@ -122,15 +138,17 @@ def _lut(name: str) -> tuple[type, np.ndarray]:
     return hit
 
 
-def raw_stats(flat: np.ndarray, dtype: str) -> np.ndarray:
-    """[min, max, sum, sumsq, finite, nan, posinf, neginf, zeros] of a 1-D contiguous array."""
+def raw_stats(flat: np.ndarray, dtype: str, copy_to: np.ndarray | None = None) -> np.ndarray:
+    """[min, max, sum, sumsq, finite, nan, posinf, neginf, zeros] of a 1-D contiguous array.
+
+    With `copy_to` (an array of the same size and dtype), the data is copied there in the same pass.
+    """
     run = _stats_serial if flat.size <= 2 * CHUNK else _stats_parallel
-    if dtype in _LUT_DTYPES:
-        code_dtype, table = _lut(dtype)
-        return run(flat.view(code_dtype), table)
-    if dtype == "bool":
-        flat = flat.view(np.uint8)
-    return run(flat, None)
+    code_dtype, table = _lut(dtype) if dtype in _LUT_DTYPES else (np.uint8 if dtype == "bool" else None, None)
+    if code_dtype is not None:
+        flat = flat.view(code_dtype)
+        copy_to = copy_to.view(code_dtype) if copy_to is not None else None
+    return run(flat, table, copy_to)
 
 
 def to_stats(o: np.ndarray, numel: int) -> Stats:
@@ -144,6 +162,14 @@ def to_stats(o: np.ndarray, numel: int) -> Stats:
         stats.min, stats.max, stats.mean = mn, mx, mean
         stats.std, stats.norm = math.sqrt(var), math.sqrt(s2)
     return stats
+
+
+def copy_with_stats(arr: np.ndarray, dtype: str) -> tuple[np.ndarray, Stats]:
+    """A copy of a contiguous array and its statistics, in one read of the data."""
+    out = np.empty_like(arr)
+    if arr.size == 0:
+        return out, Stats(numel=0)
+    return out, to_stats(raw_stats(arr.reshape(-1), dtype, out.reshape(-1)), int(arr.size))
 
 
 def array_stats(arr: np.ndarray, dtype: str) -> Stats:

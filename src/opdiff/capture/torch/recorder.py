@@ -17,7 +17,6 @@ import torch
 from ...store.format import Record, Stats, node_name, record_name
 from ...store.stats import content_hash
 from ...store.writer import DumpWriter
-from ..stats_kernel import array_stats
 from .naming import Counters
 from .tensors import dense_flat, dtype_name, hash_of, host_copy, stats_of
 
@@ -139,8 +138,7 @@ class Recorder:
             return rec
         array = None
         if self.mode == "tensor":
-            array = host_copy(t, name)
-            rec.stats = self._stats(t, name, array)
+            array, rec.stats = host_copy(t, name)
             rec.hash = content_hash(array, name, rec.shape)
         else:
             rec.stats = self._stats(t, name)
@@ -150,7 +148,7 @@ class Recorder:
         self.writer.add(rec, array)
         return rec
 
-    def _stats(self, t: torch.Tensor, name: str, array=None) -> Stats:
+    def _stats(self, t: torch.Tensor, name: str) -> Stats:
         """Statistics, reused for a view or reshape of a tensor already measured (same elements in memory).
 
         Two dense tensors starting at the same address with the same size and dtype hold the same
@@ -164,7 +162,7 @@ class Recorder:
                 base = e[0]()
                 if base is not None and base.data_ptr() == key[0]:
                     return e[2]
-        stats = array_stats(array, name) if array is not None else stats_of(t, name)
+        stats = stats_of(t, name)
         if key is not None and version is not None:
             self._blocks[key] = (weakref.ref(t), version, stats)
         return stats

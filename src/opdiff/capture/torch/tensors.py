@@ -15,7 +15,7 @@ import torch
 
 from ...store.format import FLOAT_DTYPES, Stats, numpy_dtype
 from ...store.stats import content_hash
-from ..stats_kernel import array_stats
+from ..stats_kernel import array_stats, copy_with_stats
 
 DTYPE_NAMES: dict[torch.dtype, str] = {
     torch.float64: "float64",
@@ -73,12 +73,17 @@ def host_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def host_copy(t: torch.Tensor, name: str) -> np.ndarray:
-    """A numpy array the writer may own: a copy, since the model may later change the tensor in place."""
+def host_copy(t: torch.Tensor, name: str) -> tuple[np.ndarray, Stats]:
+    """A numpy copy the writer may own (the model may later change the tensor in place), and its statistics.
+
+    When no copy was needed to bring the tensor to the host in row-major order, the copy and the
+    statistics are made in one pass over the data.
+    """
     h = host_contiguous(t)
-    if h is t or h.data_ptr() == t.data_ptr():
-        h = h.clone()
-    return as_numpy(h, name)
+    if h.data_ptr() == t.data_ptr() or h.numel() == 0:
+        return copy_with_stats(as_numpy(h, name), name)
+    arr = as_numpy(h, name)
+    return arr, array_stats(arr, name)
 
 
 def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
