@@ -16,9 +16,18 @@ from opdiff.capture import capture  # noqa: E402
 from opdiff.diagnose import diagnose  # noqa: E402
 
 MODELS = ("gpt2", "llama", "bert", "vit", "t5", "resnet")
-NO_ATTENTION = {"resnet"}  # a CNN: no attention scale, no softmax to overflow
-CASES = [(f, m) for m in MODELS for f in faults.FAULTS
-         if not (m in NO_ATTENTION and f in ("attention_scale", "softmax_fp16"))]
+
+
+def _cases() -> list[tuple[str, str]]:
+    """Every fault of opdiff.faults (the issue's list and opdiff's own) on every architecture it applies to."""
+    out = []
+    for m in MODELS:
+        model, _ = zoo.build(m)
+        out += [(f, m) for f in faults.FAULTS if faults.applicable(f, model)]
+    return out
+
+
+CASES = _cases()
 LEVELS = ("module", "aten")
 
 

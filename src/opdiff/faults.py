@@ -359,8 +359,8 @@ def _embedding_row(model, inputs, block):
     import torch
 
     path, emb = _first(model, "", lambda p, m: isinstance(m, torch.nn.Embedding), "Embedding")
-    if sum(1 for _, m in model.named_modules(remove_duplicate=False) if m is emb) > 1:
-        raise ValueError(f"{type(model).__name__}: embedding {path} is shared under several module paths")
+    if sum(1 for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.weight is emb.weight) > 1:
+        raise ValueError(f"{type(model).__name__}: embedding {path} shares its table with other modules")
     ids = inputs.get("input_ids")
     row = int(ids.reshape(-1)[0]) if ids is not None else 0
     with torch.no_grad():

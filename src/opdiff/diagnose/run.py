@@ -90,6 +90,9 @@ def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike,
 
         comparison = compare(golden, target, mapping=mapping, workers=workers, progress=progress)
     pairs = [p for p in comparison.results if _keep(level)(p)]
+    if level is not None and not any((p.target or p.golden).level == level for p in pairs):  # type: ignore[union-attr]
+        have = sorted({(p.target or p.golden).level for p in comparison.results})  # type: ignore[union-attr]
+        raise OpdiffError(f"{target.root}: no {level}-level records (the dumps hold {', '.join(have)}): nothing to diagnose")
     graph = build(pairs, direction, golden, target)
     if not any(t.golden is not None and t.target is not None for t in graph.tensors):
         what = f" at level {level!r}" if level else ""

@@ -157,7 +157,12 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
     """From the culprit to the model output: diverging calls, one per module at the culprit's level."""
     comps = culprit.module.split(".") if culprit.module else []
     prefixes = {".".join(comps[:i]) for i in range(len(comps) + 1)}
-    entries: list[dict[str, Any]] = []
+    own = next((graph.tensors[i] for i in culprit.outputs if graph.tensors[i].err is not None), None)
+    entries: list[dict[str, Any]] = [{
+        "module": culprit.module, "node": culprit.name, "op": culprit.op,
+        "record": own.target.name if own is not None and own.target else None,
+        "error_units": _num(units(own)) if own is not None else None,
+        "cosine": (own.pair.metrics or {}).get("Cosine") if own is not None else None}]
     for t in sorted((x for x in graph.tensors if x.target is not None and x.role == "output"), key=lambda x: x.order):
         if t.order < start_order or t.err is None or noise.agrees(t.err, t.unit):
             continue

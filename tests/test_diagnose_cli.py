@@ -1,0 +1,115 @@
+"""`opdiff diagnose` and `opdiff replay` through the real CLI: exit codes, --json, --out, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from opdiff import faults, zoo  # noqa: E402
+from opdiff.capture import capture  # noqa: E402
+
+OPDIFF = str(Path(sys.executable).with_name("opdiff"))
+
+
+def opdiff(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([OPDIFF, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory):
+    """A GPT-2 golden, a target with its attention scale changed, and an identical target (aten level)."""
+    root = tmp_path_factory.mktemp("cli")
+    model, inputs = zoo.build("gpt2", layers=3)
+    out = {}
+    for name, fault in (("golden", None), ("identical", "identical"), ("scale", "attention_scale"), ("eps", "norm_eps")):
+        m = model if fault is None else zoo.build("gpt2", layers=3)[0]
+        inj = faults.inject(fault, m, inputs) if fault else None
+        level = "module" if name == "eps" else "aten"
+        path = root / name
+        with capture(m, path, level=level, mode="tensor"):
+            faults.run(m, inj.inputs if inj else inputs, inj)
+        out[name] = path
+    with capture(model, root / "golden-module", level="module", mode="tensor"):
+        faults.run(model, inputs)
+    out["golden-module"] = root / "golden-module"
+    return out
+
+
+def test_pass_exits_0(dumps):
+    r = opdiff("diagnose", dumps["golden"], dumps["identical"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASS" in r.stdout
+
+
+def test_fault_exits_1_and_json_names_the_culprit(dumps):
+    r = opdiff("diagnose", dumps["golden"], dumps["scale"], "--json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] == "fault"
+    assert doc["culprit"]["module"] == "transformer.h.1.attn"
+    assert doc["culprit"]["op"].startswith("aten._scaled_dot_product")
+    assert doc["culprit"]["golden"].endswith("/forward/output/0") and doc["culprit"]["target"]
+    assert doc["candidates"][0]["module"] == "transformer.h.1.attn"
+    assert doc["first_divergence"]["module"] == "transformer.h.1.attn"
+    # replay confirmed it and found the argument that differs
+    assert doc["replay"]["status"] == "ok" and doc["replay"]["confirmed"] is True
+    assert [d["arg"] for d in doc["replay"]["arg_differences"]] == ["kwargs.scale"]
+
+
+def test_console_report_and_out_file(dumps, tmp_path):
+    out = tmp_path / "diag.json"
+    r = opdiff("diagnose", dumps["golden"], dumps["scale"], "-o", out, "--no-replay")
+    assert r.returncode == 1
+    for text in ("FAULT", "culprit", "transformer.h.1.attn", "path of divergence", "advice"):
+        assert text in r.stdout
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] == "fault" and doc["replay"] is None
+    again = opdiff("diagnose", dumps["golden"], dumps["scale"], "-o", out)
+    assert again.returncode == 2 and "exists" in again.stderr
+    assert opdiff("diagnose", dumps["golden"], dumps["scale"], "-o", out, "--force").returncode == 1
+
+
+def test_module_level_dump(dumps):
+    r = opdiff("diagnose", dumps["golden-module"], dumps["eps"], "--json", "--level", "module")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1
+    assert doc["culprit"]["module"] == "transformer.h.1.ln_1" and doc["culprit"]["op"] == "LayerNorm"
+    assert doc["replay"]["status"] == "skipped"  # a LayerNorm cannot be rebuilt from a module-level dump
+
+
+@pytest.mark.parametrize("args", [("missing-dir",), ("not-a-dump",)])
+def test_bad_input_exits_2_with_one_line(dumps, tmp_path, args):
+    bad = tmp_path / args[0]
+    if args[0] == "not-a-dump":
+        bad.mkdir()
+        (bad / "x.txt").write_text("hello")
+    r = opdiff("diagnose", dumps["golden"], bad)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("opdiff: error:") and str(bad) in lines[0]
+
+
+def test_level_without_records_is_bad_input(dumps):
+    r = opdiff("diagnose", dumps["golden"], dumps["scale"], "--level", "api")
+    assert r.returncode == 2 and "nothing to diagnose" in r.stderr
+
+
+def test_replay_cli(dumps):
+    node = "transformer.h.1.attn/aten._scaled_dot_product_flash_attention_for_cpu.default#0"
+    r = opdiff("replay", dumps["golden"], dumps["scale"], node)
+    assert r.returncode == 0, r.stderr
+    assert "argument kwargs.scale: golden 0.25, target 0.2625" in r.stdout
+    assert "reproduces the target's output" in r.stdout
+    r = opdiff("replay", dumps["golden"], dumps["scale"], "aten.addmm")  # matches many ops
+    assert r.returncode == 2 and "matches" in r.stderr
+    r = opdiff("replay", dumps["golden"], dumps["scale"], "no-such-op")
+    assert r.returncode == 2 and "no op matches" in r.stderr
+    r = opdiff("replay", dumps["golden-module"], dumps["eps"], "h.1.ln_1/LayerNorm")
+    assert r.returncode == 1 and "cannot be rebuilt" in r.stdout
