@@ -211,3 +211,20 @@ def test_fusion_pairs_through_compare(tmp_path):
     assert c.passed() and c.counts()["PASS"] == 2
     assert [len(r.golden_group) for r in c.results if r.target is not None] == [4, 4]
     assert sum(1 for r in c.results if r.match == "fusion" and r.target is None) == 2
+
+
+def test_precision_is_carried_forward_in_execution_order(tmp_path):
+    x = RNG.standard_normal((4, 64)).astype(np.float32)
+    noisy = (x.astype(ml_dtypes.bfloat16).astype(np.float32) + x) / 2  # fp32 tensor with bf16-sized error
+    write_dump(tmp_path / "g", [Tensor("a", "Linear", "output", "0", noisy), Tensor("b", "Linear", "output", "0", x),
+                                Tensor("c", "Add", "output", "0", x)])
+    write_dump(tmp_path / "t", [Tensor("a", "Linear", "output", "0", x),
+                                Tensor("b", "Linear", "output", "0", x.astype(ml_dtypes.bfloat16)),
+                                Tensor("c", "Add", "output", "0", noisy)])
+    c = compare(tmp_path / "g", tmp_path / "t")
+    assert [(r.precision, r.result) for r in c.results] == [
+        ("float32", "FAIL"),  # nothing ran in bf16 before it: held to fp32
+        ("bfloat16", "PASS"),
+        ("bfloat16", "PASS"),  # fp32 on both sides, but downstream of a bf16 op
+    ]
+    assert "at float32" in c.results[0].err_message

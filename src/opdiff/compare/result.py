@@ -45,6 +45,7 @@ class PairResult:
     err_message: str = ""
     note: str = ""  # how the pair was made when not by equal names (mapping rule, fusion, cut-off dump)
     golden_group: list[Record] = field(default_factory=list)  # fusion: all golden records the target op stands for
+    precision: str = ""  # dtype class the verdict used: the lower of both dtypes and of what ran before (docs/compare.md)
 
     @property
     def name(self) -> str:

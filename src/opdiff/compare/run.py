@@ -7,6 +7,7 @@ unreadable shard) is a DumpError; a single bad tensor makes only its pair N/A (s
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -22,9 +23,9 @@ from ..metrics import names as M
 from ..metrics.hash_mode import hash_equal, hash_metrics
 from ..metrics.stats_mode import stats_metrics
 from ..metrics.tensor import ERR_MESSAGE, TensorDataError, TensorSource, Workspace, pair_metrics
-from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, preset
+from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower_precision, preset
 from ..metrics.verdict import verdict
-from ..store.format import Record
+from ..store.format import FLOAT_DTYPES, Record
 from ..store.reader import Dump, load
 from .result import (
     FAIL,
@@ -141,10 +142,10 @@ def _source(dump: Dump, rec: Record) -> TensorSource:
     if entry is None:
         raise TensorDataError(f"{h.path}: shard has no tensor {rec.data['key']!r}")
     dtype, shape, start, end = entry
-    if dtype != rec.dtype or tuple(shape) != tuple(rec.shape):
+    if dtype != rec.dtype or math.prod(shape) != rec.numel:  # a scalar stored as [1] is the same data
         raise TensorDataError(f"{h.path}: tensor {rec.data['key']!r} is {dtype}{list(shape)} in the shard but "
                               f"{rec.dtype}{list(rec.shape)} in the index")
-    return TensorSource(dtype=dtype, shape=tuple(shape), path=h.path, offset=start, hash=rec.hash, label=rec.name)
+    return TensorSource(dtype=dtype, shape=tuple(rec.shape), path=h.path, offset=start, hash=rec.hash, label=rec.name)
 
 
 def _range(rec: Record) -> tuple[float | None, float | None, float] | None:
@@ -156,15 +157,33 @@ def _range(rec: Record) -> tuple[float | None, float | None, float] | None:
 
 
 def _result(pair: Pair, status: str, mode: str, metrics: dict[str, Any] | None = None, result: str = NA,
-            bitwise: bool | None = None, err: str = "") -> PairResult:
+            bitwise: bool | None = None, err: str = "", precision: str = "") -> PairResult:
     return PairResult(index=0, golden=pair.golden, target=pair.target, match=pair.match, status=status, mode=mode,
                       metrics=metrics or {}, result=result, bitwise_equal=bitwise, err_message=err,
-                      note=pair.note, golden_group=list(pair.golden_group))
+                      note=pair.note, golden_group=list(pair.golden_group), precision=precision)
+
+
+def precision_floors(records: list[Record]) -> dict[str, str | None]:
+    """Record name -> the lowest float precision among it and every record that ran before it.
+
+    An op computed in bf16 leaves bf16-sized error in everything downstream, even in tensors
+    stored as fp32 (a residual sum under autocast): those are judged at bf16, not fp32."""
+    out: dict[str, str | None] = {}
+    low: str | None = None
+    for r in records:
+        if r.dtype in FLOAT_DTYPES and r.dtype != low:
+            low = lower_precision(low, r.dtype)
+        out[r.name] = low
+    return out
 
 
 def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "auto",
-                 thresholds: Thresholds | None = None, ws: Workspace | None = None) -> PairResult:
-    """Compare one aligned pair; never raises on bad data (the pair becomes N/A with the reason)."""
+                 thresholds: Thresholds | None = None, ws: Workspace | None = None,
+                 floor: str | None = None) -> PairResult:
+    """Compare one aligned pair; never raises on bad data (the pair becomes N/A with the reason).
+
+    `floor`: lowest float precision that ran before the pair (see precision_floors); None judges
+    the pair by its own dtypes."""
     thresholds = thresholds or preset("default")
     g, t = pair.golden, pair.target
     if g is None or t is None:
@@ -191,12 +210,13 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
         except (TensorDataError, DumpError) as exc:
             return _result(pair, STATUS_ERROR, pmode, err=f"data unreadable: {exc}")
     msgs = [metrics.pop(ERR_MESSAGE, "")]
-    result, reason = verdict(metrics, g.dtype, t.dtype, pmode, thresholds)
+    result, reason = verdict(metrics, g.dtype, t.dtype, pmode, thresholds, floor)
+    precision = dtype_class(g.dtype, t.dtype, floor)[0]
     msgs.append(reason)
     bitwise = hash_equal(g, t)
     if bitwise is None and pmode == "tensor":
         bitwise = g.dtype == t.dtype and metrics.get(M.DIFF_COUNT) == 0
-    return _result(pair, STATUS_COMPARED, pmode, metrics, result, bitwise, "; ".join(m for m in msgs if m))
+    return _result(pair, STATUS_COMPARED, pmode, metrics, result, bitwise, "; ".join(m for m in msgs if m), precision)
 
 
 def _dump_mode(golden: Dump, target: Dump) -> str:
@@ -294,6 +314,9 @@ def compare(
         check_shards(golden)
         check_shards(target)
     pairs = align(golden, target, mapping)
+    g_floor, t_floor = precision_floors(golden.records), precision_floors(target.records)
+    floors = [lower_precision(g_floor[p.golden.name], t_floor[p.target.name])
+              if p.golden is not None and p.target is not None else None for p in pairs]
     results: list[PairResult | None] = [None] * len(pairs)
     work: list[tuple[int, int]] = []
     for i, p in enumerate(pairs):
@@ -301,7 +324,7 @@ def compare(
         if g is not None and t is not None and _pair_mode(mode, g, t)[0] == "tensor" and tuple(g.shape) == tuple(t.shape):
             work.append((i, _nbytes(g) + _nbytes(t)))
         else:
-            results[i] = compare_pair(golden, target, p, mode, thresholds)
+            results[i] = compare_pair(golden, target, p, mode, thresholds, floor=floors[i])
     workers = max(1, workers or default_workers())
     total = sum(nb for _, nb in work)
     done = 0
@@ -314,7 +337,7 @@ def compare(
         if ws is None:
             ws = local.ws = Workspace()
             spaces.append(ws)  # list.append is atomic: each worker thread adds its own
-        return [(i, compare_pair(golden, target, pairs[i], mode, thresholds, ws)) for i in batch]
+        return [(i, compare_pair(golden, target, pairs[i], mode, thresholds, ws, floors[i])) for i in batch]
 
     sizes = dict(work)
     batches = _batches(work)

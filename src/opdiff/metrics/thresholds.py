@@ -109,13 +109,23 @@ class Thresholds:
         }
 
 
-def dtype_class(golden_dtype: str, target_dtype: str) -> tuple[str, float]:
-    """The dtype class of a pair (its lower precision) and that class's rounding unit u."""
+def dtype_class(golden_dtype: str, target_dtype: str, floor: str | None = None) -> tuple[str, float]:
+    """The dtype class of a pair (its lower precision, or `floor` when that is lower still: the
+    lowest float precision that ran before it) and that class's rounding unit u. Integer and
+    bool pairs are the "int" class whatever the floor."""
     us = [(ROUNDING_UNIT[d], d) for d in (golden_dtype, target_dtype) if d in FLOAT_DTYPES]
     if not us:
         return INT_CLASS, 0.0
+    if floor in ROUNDING_UNIT:
+        us.append((ROUNDING_UNIT[floor], floor))
     u, d = max(us)
     return d, u
+
+
+def lower_precision(a: str | None, b: str | None) -> str | None:
+    """The lower-precision float dtype of the two (None when neither is a float dtype)."""
+    cands = [(ROUNDING_UNIT[d], d) for d in (a, b) if d in ROUNDING_UNIT]
+    return max(cands)[1] if cands else None
 
 
 def _conds(**kw: str) -> list[Condition]:

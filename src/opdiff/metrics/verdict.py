@@ -9,7 +9,7 @@ from . import names as M
 from .thresholds import Condition, Thresholds, dtype_class
 
 
-def _violations(conds: list[Condition], metrics: dict[str, Any], u: float) -> list[str]:
+def _violations(conds: list[Condition], metrics: dict[str, Any], u: float, cls: str) -> list[str]:
     out = []
     for c in conds:
         ok = c.holds(metrics, u)
@@ -17,14 +17,17 @@ def _violations(conds: list[Condition], metrics: dict[str, Any], u: float) -> li
             continue
         v = metrics.get(c.metric)
         shown = "N/A" if v is None else f"{float(v):.6g}"
-        bound = f" ({c.bound(u):.3g})" if c.in_u else ""
+        bound = f" ({c.bound(u):.3g} at {cls})" if c.in_u else ""
         out.append(f"{c.metric}={shown} fails {c.text()}{bound}")
     return out
 
 
 def verdict(metrics: dict[str, Any], golden_dtype: str, target_dtype: str, mode: str,
-            thresholds: Thresholds) -> tuple[str, str]:
-    """(result, reason): the reason names what failed; nan/inf on one side only is always FAIL."""
+            thresholds: Thresholds, floor: str | None = None) -> tuple[str, str]:
+    """(result, reason): the reason names what failed; nan/inf on one side only is always FAIL.
+
+    `floor`: the lowest float precision that ran before this pair in either run; the pair is
+    judged at it when it is lower than the pair's own dtypes (docs/compare.md, "Verdicts")."""
     if mode == "hash":
         eq = metrics.get(M.HASH_EQUAL)
         if eq is None:
@@ -36,7 +39,7 @@ def verdict(metrics: dict[str, Any], golden_dtype: str, target_dtype: str, mode:
         if metrics.get(M.NUMEL) == 0:
             return PASS, ""
         return PASS, "every element is nan/inf, identically on both sides"
-    cls, u = dtype_class(golden_dtype, target_dtype)
+    cls, u = dtype_class(golden_dtype, target_dtype, floor)
     absmax = metrics.get(M.GOLDEN_ABS_MAX)
     if absmax == 0.0:  # errors relative to golden are undefined: only an all-zero target agrees
         diff = metrics.get(M.MAX_ABS_ERR) if mode == "tensor" else metrics.get(M.NORM_STATS_DIFF)
@@ -46,10 +49,10 @@ def verdict(metrics: dict[str, Any], golden_dtype: str, target_dtype: str, mode:
     band = thresholds.band(mode, cls)
     if band is None:
         return NA, f"no {mode}-mode rule for dtype class {cls!r} in thresholds {thresholds.name!r}"
-    failed = _violations(band.passing, metrics, u)
+    failed = _violations(band.passing, metrics, u, cls)
     if not failed:
         return PASS, ""
-    if band.warning is not None and not _violations(band.warning, metrics, u):
+    if band.warning is not None and not _violations(band.warning, metrics, u, cls):
         return WARNING, "; ".join(failed)
-    worse = _violations(band.warning, metrics, u) if band.warning is not None else failed
+    worse = _violations(band.warning, metrics, u, cls) if band.warning is not None else failed
     return FAIL, "; ".join(worse)

@@ -52,6 +52,7 @@ def pair_json(r: PairResult) -> dict[str, Any]:
         "result": r.result,
         "accuracy_reached": ACCURACY_REACHED.get(r.result, "") or None,
         "bitwise_equal": r.bitwise_equal,
+        "precision": r.precision or None,
         "metrics": {k: _num(v) for k, v in r.metrics.items()},
         "err_message": r.err_message,
         "note": r.note,

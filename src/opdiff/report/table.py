@@ -9,7 +9,7 @@ from ..metrics import names as M
 
 ID_COLUMNS = (
     "Index", "Golden Name", "Target Name", "Op Type", "Module", "Direction", "Role", "Position",
-    "Golden Dtype", "Target Dtype", "Golden Shape", "Target Shape", "Match", "Status", "Mode",
+    "Golden Dtype", "Target Dtype", "Precision", "Golden Shape", "Target Shape", "Match", "Status", "Mode",
 )
 TENSOR_COLUMNS = M.TENSOR_METRICS + M.COUNT_METRICS + M.WORST_METRICS
 STATS_COLUMNS = M.STATS_METRICS + (M.GOLDEN_NAN, M.GOLDEN_POSINF, M.GOLDEN_NEGINF, M.TARGET_NAN, M.TARGET_POSINF,
@@ -51,6 +51,7 @@ def row(r: PairResult, cols: list[str]) -> dict[str, Any]:
         "Position": rec.pos,
         "Golden Dtype": g.dtype if g else "",
         "Target Dtype": t.dtype if t else "",
+        "Precision": r.precision,
         "Golden Shape": shape_text(g.shape) if g else "",
         "Target Shape": shape_text(t.shape) if t else "",
         "Match": r.match,
