@@ -1,7 +1,7 @@
 """Real-data metrics of a tensor pair: chunked reads, per-chunk upcast, one kernel pass, the final numbers.
 
-Tensors come from memory (numpy arrays) or straight from a dump's shard (file + offset, read with
-preadv into reusable buffers, so memory stays bounded whatever the tensor size). fp16/bf16/fp8, ints
+Tensors come from memory (numpy arrays) or straight from a dump's shard (file + offset, memory-mapped
+and released chunk by chunk, so memory stays bounded whatever the tensor size). fp16/bf16/fp8, ints
 and bool are upcast chunk by chunk to float32 (float64 where float32 is not exact) — never the whole
 tensor. See docs/metrics.md for every formula.
 """
@@ -9,7 +9,7 @@ tensor. See docs/metrics.md for every formula.
 from __future__ import annotations
 
 import math
-import os
+import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,11 +57,11 @@ class TensorSource:
 
 @dataclass
 class Workspace:
-    """Reusable chunk buffers and open shard files of one worker thread (kept across pairs)."""
+    """Reusable chunk buffers and mapped shard files of one worker thread (kept across pairs)."""
 
     chunk: int = CHUNK_ELEMENTS
     _bufs: dict[tuple[str, np.dtype | None], np.ndarray] = field(default_factory=dict)
-    _fds: dict[Path, int] = field(default_factory=dict)
+    _maps: dict[Path, mmap.mmap] = field(default_factory=dict)
 
     def buf(self, role: str, dtype: np.dtype) -> np.ndarray:
         b = self._bufs.get((role, dtype))
@@ -76,20 +76,24 @@ class Workspace:
             b = self._bufs[(role, None)] = np.empty(BLOCK_ELEMENTS, dtype=np.float64)
         return b
 
-    def fd(self, path: Path) -> int:
-        """A read-only descriptor of `path`, opened once per workspace."""
-        fd = self._fds.get(path)
-        if fd is None:
+    def mapped(self, path: Path) -> mmap.mmap:
+        """A read-only memory map of `path`, made once per workspace."""
+        mm = self._maps.get(path)
+        if mm is None:
             try:
-                fd = self._fds[path] = os.open(path, os.O_RDONLY)
-            except OSError as exc:
-                raise TensorDataError(f"{path}: cannot open shard: {exc.strerror or exc}") from None
-        return fd
+                with open(path, "rb") as f:
+                    mm = self._maps[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:
+                raise TensorDataError(f"{path}: cannot map shard: {getattr(exc, 'strerror', None) or exc}") from None
+        return mm
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        for mm in self._maps.values():
+            try:
+                mm.close()
+            except BufferError:  # a caller still holds a view: the map goes when the view does
+                pass
+        self._maps.clear()
 
     def __enter__(self) -> "Workspace":
         return self
@@ -107,43 +111,55 @@ def kernel_dtype(a: str, b: str) -> np.dtype:
 
 
 class _Reader:
-    """Reads one source chunk by chunk into kernel-dtype buffers, verifying its hash when asked."""
+    """Reads one source chunk by chunk as kernel-dtype arrays, verifying its hash when asked.
+
+    Shard data is read zero-copy from a memory map; the pages of a chunk are released from this
+    process (MADV_DONTNEED; the OS page cache keeps them) as soon as the next chunk is read, so the
+    resident memory stays at about one chunk per side whatever the tensor size."""
 
     def __init__(self, src: TensorSource, ws: Workspace, side: str, kdtype: np.dtype, verify: bool):
         self.src = src
         self.np_dtype = numpy_dtype(src.dtype)
         self.kdtype = kdtype
         self.work = ws.buf(side + ".work", kdtype)
-        self.raw = None if self.np_dtype == kdtype else ws.buf(side + ".raw", self.np_dtype)
-        self.fd = None
+        self.mm: mmap.mmap | None = None
         self.hasher = None
+        self.held: tuple[int, int] | None = None  # page-aligned byte range of the chunk in use
         if src.array is None:
-            self.fd = ws.fd(src.path)
+            self.mm = ws.mapped(src.path)
             if verify and src.hash and src.hash.startswith("xxh3:"):
                 self.hasher = xxhash.xxh3_64()
                 self.hasher.update(f"{src.dtype}{list(src.shape)}".encode())
 
     def read(self, start: int, count: int) -> np.ndarray:
-        if self.fd is None:
+        if self.mm is None:
             raw = self.src.array[start:start + count]
         else:
-            dest = self.raw if self.raw is not None else self.work
-            dest = dest[:count]
-            want = dest.nbytes
-            got = os.preadv(self.fd, [dest.view(np.uint8)], self.src.offset + start * self.np_dtype.itemsize)
-            if got != want:
+            self.release()
+            first = self.src.offset + start * self.np_dtype.itemsize
+            end = first + count * self.np_dtype.itemsize
+            if end > len(self.mm):
                 raise TensorDataError(f"{self.src.path}: tensor {self.src.label!r} is truncated "
-                                      f"(read {got} of {want} bytes at element {start})")
+                                      f"(needs bytes up to {end}, the shard has {len(self.mm)})")
+            raw = np.frombuffer(self.mm, dtype=self.np_dtype, count=count, offset=first)
+            page = first - first % mmap.PAGESIZE
+            self.held = (page, end - page)
             if self.hasher is not None:
-                self.hasher.update(dest.view(np.uint8))
-            raw = dest
+                self.hasher.update(raw.view(np.uint8))
         if raw.dtype == self.kdtype:
             return raw
         out = self.work[:count]
         np.copyto(out, raw, casting="unsafe")
         return out
 
+    def release(self) -> None:
+        """Drop the pages of the chunk last read from this process's memory."""
+        if self.held is not None and self.mm is not None:
+            self.mm.madvise(mmap.MADV_DONTNEED, *self.held)
+            self.held = None
+
     def finish(self) -> None:
+        self.release()
         if self.hasher is not None and "xxh3:" + self.hasher.hexdigest() != self.src.hash:
             raise TensorDataError(f"{self.src.path}: data of {self.src.label!r} does not match its recorded "
                                   f"hash (corrupt shard)")
@@ -160,6 +176,7 @@ def finite_range(src: TensorSource, ws: Workspace) -> tuple[float | None, float 
             if not found:
                 first, found = c_first, True
             lo, hi = min(lo, c_lo), max(hi, c_hi)
+    rd.release()
     return (lo, hi, first) if found else (None, None, 0.0)
 
 
