@@ -8,6 +8,7 @@ encloses which, from execution order) says what a parent's own code could have u
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ class Tensor:
     unit: float  # rounding unit of the lower-precision side (0: integer or bool)
     node: int = -1  # the target node it belongs to (-1: golden only)
     abs_err: float | None = None  # MaxAbsErr when real data was compared
+    order: int = -1  # index of the target record (execution order); -1 when golden only
 
     @property
     def rec(self) -> Record:
@@ -38,10 +40,6 @@ class Tensor:
     @property
     def role(self) -> str:
         return self.rec.role
-
-    @property
-    def order(self) -> int:
-        return self.target.index if self.target is not None else -1
 
 
 @dataclass
@@ -76,6 +74,7 @@ class Graph:
     golden_only: list[int]
     levels: set[str]
     consumers: dict[int, list[int]] = field(default_factory=dict)  # tensor id -> input tensor ids that are it
+    _ends: dict[int, list[int]] = field(default_factory=dict, repr=False)  # node id -> its children's ends, sorted
     owner: dict[str, int] = field(default_factory=dict)  # module path -> its first (non-parameter) call
 
     def __post_init__(self) -> None:
@@ -94,12 +93,16 @@ class Graph:
         return self.levels <= {"module", "param"}
 
     def scope_before(self, node: Node, start: int) -> list[int]:
-        """Tensors a node's own code can use at time `start`: its inputs and its finished children's outputs."""
+        """Tensors a node's own code can use at time `start`: its inputs and the outputs of its children
+        that finished last before then (the SCOPE most recent: what the next call is computed from)."""
+        ends = self._ends.get(node.id)
+        if ends is None:
+            node.children.sort(key=lambda c: self.nodes[c].end)
+            ends = self._ends[node.id] = [self.nodes[c].end for c in node.children]
+        k = bisect.bisect_left(ends, start)
         out = list(node.inputs)
-        for c in node.children:
-            child = self.nodes[c]
-            if child.end < start:
-                out.extend(child.outputs)
+        for c in node.children[max(0, k - SCOPE):k]:
+            out.extend(self.nodes[c].outputs)
         return out
 
     def sources(self, t: Tensor) -> list[int]:
@@ -111,8 +114,8 @@ class Graph:
             return node.inputs + node.params + [o for c in node.children for o in self.nodes[c].outputs]
         if t.id in self.producer:
             return [self.producer[t.id]]
-        if node.id == self.root or node.parent is None:
-            return []
+        if node.id == self.root or node.parent is None or not self.module_level:
+            return []  # a model input, or at op level a tensor no recorded op made (a weight, a buffer)
         return self.scope_before(self.nodes[node.parent], node.start)
 
     def known_sources(self, t: Tensor, depth: int = 8) -> list[Tensor]:
@@ -232,6 +235,7 @@ def _abs_error(p: PairResult) -> float | None:
         return None
 
 
+SCOPE = 32  # how many finished children of a module its own code is assumed to read from
 ISLAND_SHARE = 0.05  # a narrower dtype in fewer than this share of the target's float pairs is an island
 
 
@@ -276,7 +280,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
         g, t = p.golden, p.target
         tid = len(tensors)
         tensors.append(Tensor(tid, p, g, t, _error(p, golden, target), unit(g.dtype if g else None, t.dtype if t else None),
-                              abs_err=_abs_error(p)))
+                              abs_err=_abs_error(p), order=t.index if t is not None else -1))
         if t is None:
             golden_only.append(tid)
             continue

@@ -60,11 +60,12 @@ def absmax(stats: Stats | None) -> float | None:
 
 
 def _num(x) -> float | None:
+    if x is None or isinstance(x, float):
+        return x
     try:
-        v = float(x)
+        return float(x)
     except (TypeError, ValueError):
         return None
-    return v
 
 
 def stats_error(g: Stats | None, t: Stats | None) -> float | None:
