@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 
-from ...store.format import node_name
 from .calls import Call, record_inputs, record_outputs, record_tensor, user_source
 
 if TYPE_CHECKING:
@@ -68,10 +67,10 @@ class ApiMode(TorchFunctionMode):
         if op is None or torch._C._current_autograd_node() is not None:
             return func(*args, **kwargs)  # metadata, or a custom Function's backward (not an API call)
         module = s.stack[-1].path if s.stack else ""
-        call = s.recorder.counters.next(module, op)
+        node, call = s.recorder.node(module, op)
         if not s.wanted(module, op):
             return func(*args, **kwargs)
-        c = Call(node_name(module, op, call), module, op, "api", call,
+        c = Call(node, module, op, "api", call,
                  source=user_source() if s.source else None)
         record_inputs(s, c, args, kwargs, base_op=op.rsplit(".", 1)[-1])
         out = func(*args, **kwargs)

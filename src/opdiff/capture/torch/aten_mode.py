@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ...store.format import node_name
 from .calls import Call, record_inputs, record_outputs, user_source
 from .module_hooks import NODE_KEY
 
@@ -79,10 +78,10 @@ class AtenMode(TorchDispatchMode):
             else:
                 module = node.metadata.get(NODE_KEY, "")
             extra = {"grad_fn": grad_fn}
-        call = s.recorder.counters.next(module, op)
+        node_id, call = s.recorder.node(module, op)
         if not s.wanted(module, op):
             return func(*args, **kwargs)
-        c = Call(node_name(module, op, call), module, op, "aten", call, direction,
+        c = Call(node_id, module, op, "aten", call, direction,
                  source=user_source() if s.source and direction == "forward" else None, extra=extra)
         record_inputs(s, c, args, kwargs, base_op=func._schema.name.removeprefix("aten::"))
         out = func(*args, **kwargs)

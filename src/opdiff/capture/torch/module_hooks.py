@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...store.format import node_name
 from .calls import Call, grad_hook, record_inputs, record_outputs, record_tensor, user_source
 from .naming import flatten, flatten_call
 
@@ -61,10 +60,10 @@ def _pre(s: "CaptureSession", path: str, op: str, is_root: bool, module, args: t
     try:
         if is_root:
             s.record_parameters()
-        call = s.recorder.counters.next(path, op)
+        node, call = s.recorder.node(path, op)
         c = None
         if is_root or (s.level == "module" and s.wanted(path, op)):
-            c = Call(node_name(path, op, call), path, op, "module", call, source=user_source() if s.source else None)
+            c = Call(node, path, op, "module", call, source=user_source() if s.source else None)
         want_grads = c is not None and s.backward and torch.is_grad_enabled()
         frame = Frame(module, path, c, _next_sequence_nr() if s.tag_graph or want_grads else 0)
         s.stack.append(frame)

@@ -21,8 +21,8 @@ from .naming import Counters
 from .tensors import dense_flat, dtype_name, hash_of, host_copy, stats_of
 
 MODES = ("tensor", "stats", "hash")
-_PRODUCING = ("output", "parameter")
-BLOCK_CACHE_MIN = 1 << 14  # smaller tensors are cheaper to measure than to look up  # roles whose record becomes the src of later uses of the tensor
+_PRODUCING = ("output", "parameter")  # roles whose record becomes the src of later uses of the tensor
+BLOCK_CACHE_MIN = 1 << 14  # smaller tensors are cheaper to measure than to look up
 
 
 @dataclass
@@ -47,13 +47,10 @@ def _version(t: torch.Tensor) -> int | None:
 class Recorder:
     """Writes records in execution order for one capture (see module docstring)."""
 
-    def __init__(self, writer: DumpWriter, mode: str, rank: int, source: bool):
-        if mode not in MODES:
-            raise ValueError(f"opdiff.capture: mode must be one of {', '.join(MODES)}, not {mode!r}")
+    def __init__(self, writer: DumpWriter, mode: str, rank: int):
         self.writer = writer
         self.mode = mode
         self.rank = rank
-        self.source = source
         self.counters = Counters()
         self.step: int | None = None  # the part being written, begun lazily on its first record
         self.pending_step = 0
@@ -75,6 +72,7 @@ class Recorder:
             self.step = self.pending_step
 
     def node(self, module: str, op: str) -> tuple[str, int]:
+        """The next node name of `op` in `module` this step, and its call number."""
         call = self.counters.next(module, op)
         return node_name(module, op, call), call
 
@@ -93,10 +91,10 @@ class Recorder:
             self._remember(view, None, None, None, e.producer)
 
     def _remember(self, t: torch.Tensor, rec: Record | None, stats: Stats | None, hsh: str | None,
-                  producer: str | None) -> _Seen | None:
+                  producer: str | None) -> None:
         version = _version(t)
         if version is None:
-            return None
+            return
         key = id(t)
         seen = self._seen
 
@@ -108,9 +106,8 @@ class Recorder:
         try:
             ref = weakref.ref(t, forget)
         except TypeError:
-            return None
-        e = seen[key] = _Seen(ref, version, rec, stats, hsh, producer)
-        return e
+            return
+        seen[key] = _Seen(ref, version, rec, stats, hsh, producer)
 
     def record(self, t: torch.Tensor, *, node: str, module: str, op: str, level: str, call: int, direction: str,
                role: str, pos: str, source: str | None = None, extra: dict[str, Any] | None = None) -> Record | None:

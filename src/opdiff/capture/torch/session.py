@@ -127,7 +127,7 @@ class CaptureSession:
         if self.writer is not None:
             raise OpdiffError("opdiff.capture: a capture session can be entered only once")
         self.writer = DumpWriter(self.path, self.meta(), overwrite=self.overwrite)
-        self.recorder = Recorder(self.writer, self.mode, self.rank, self.source)
+        self.recorder = Recorder(self.writer, self.mode, self.rank)
         try:
             self.param_owner = {id(p): mpath for mpath, _, p in self._named_parameters()}
             self._handles = module_hooks.install(self)
@@ -223,8 +223,7 @@ class CaptureSession:
             if not self.wanted(mpath, "parameter"):
                 continue
             if current is None or current[0] != mpath:
-                call = rec.counters.next(mpath, "parameter")
-                current = (mpath, node_name(mpath, "parameter", call), call)
+                current = (mpath, *rec.node(mpath, "parameter"))
             rec.record(p, node=current[1], module=mpath, op="parameter", level="param", call=current[2],
                        direction="forward", role="parameter", pos=pname)
 
