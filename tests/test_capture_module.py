@@ -188,3 +188,19 @@ def test_low_precision_tensors_round_trip(dtype, tmp_path):
         ref = tensor_stats(np.asarray(data))
         assert (r.stats.min, r.stats.max, r.stats.zeros) == (ref.min, ref.max, ref.zeros)
         assert r.stats.norm == pytest.approx(ref.norm, rel=1e-12)
+
+
+def test_inference_mode_tensors_are_linked_and_measured_each_time(tmp_path):
+    model, inputs = build("llama")
+    plain_out, expected, _ = watch_modules(model, inputs)
+    with torch.inference_mode(), opdiff.capture(model, tmp_path / "d", mode="tensor"):
+        out = model(**inputs)
+    assert outputs_equal(out, plain_out)
+    dump = opdiff.load(tmp_path / "d")
+    mod = [r for r in dump if r.level == "module"]
+    assert all(same_bits(dump.tensor(r), expected[r.name]) for r in mod)
+    # no version counter: never "the same tensor unchanged" (stored again), but still linked to its producer
+    linked = [r for r in mod if r.src]
+    assert linked and all(r.data["key"] == r.name for r in linked)
+    assert dump["model.layers.1/LlamaDecoderLayer#0/forward/input/0"].src == \
+        "model.layers.0/LlamaDecoderLayer#0/forward/output/0"

@@ -30,8 +30,8 @@ class _Seen:
     """What was recorded for one live tensor object at one version."""
 
     ref: weakref.ref
-    version: int
-    record: Record | None  # first record holding it (its data is shared by later ones); None for a view
+    version: int | None
+    record: Record | None  # first record holding it (its data is shared by later ones); None: link only
     stats: Stats | None
     hash: str | None
     producer: str | None  # first *output* record holding it
@@ -80,7 +80,7 @@ class Recorder:
     def lookup(self, t: torch.Tensor) -> _Seen | None:
         """What was recorded for this very tensor at its current version, if anything."""
         e = self._seen.get(id(t))
-        if e is not None and e.ref() is t and e.version == _version(t) and e.version is not None:
+        if e is not None and e.ref() is t and e.version == _version(t):
             return e
         return None
 
@@ -93,8 +93,8 @@ class Recorder:
     def _remember(self, t: torch.Tensor, rec: Record | None, stats: Stats | None, hsh: str | None,
                   producer: str | None) -> None:
         version = _version(t)
-        if version is None:
-            return
+        if version is None:  # no version counter (inference mode): link to the producer, reuse nothing
+            rec = stats = hsh = None
         key = id(t)
         seen = self._seen
 
