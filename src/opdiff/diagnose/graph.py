@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ..compare.result import PairResult
@@ -74,7 +75,8 @@ class Graph:
     golden_only: list[int]
     levels: set[str]
     consumers: dict[int, list[int]] = field(default_factory=dict)  # tensor id -> input tensor ids that are it
-    _ends: dict[int, list[int]] = field(default_factory=dict, repr=False)  # node id -> its children's ends, sorted
+    _ends: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    islands: set[str] = field(default_factory=set)  # narrow dtypes the target uses in a few places only  # node id -> its children's ends, sorted
     owner: dict[str, int] = field(default_factory=dict)  # module path -> its first (non-parameter) call
 
     def __post_init__(self) -> None:
@@ -134,6 +136,25 @@ class Graph:
             elif d < depth:
                 stack.extend((x, d + 1) for x in self.sources(s))
         return out
+
+    def chain_unit(self, t: Tensor, depth: int = 8) -> float:
+        """Rounding unit `t` is judged at: its pair's, or coarser when it came through ops golden does
+        not run in a narrower dtype the target uses widely (a buffer kept in fp16 in an fp16 model)."""
+        u = t.unit
+        cur = self.producer.get(t.id) if t.role == "input" else None
+        for _ in range(depth):
+            if cur is None:
+                break
+            src = self.tensors[cur]
+            if src.err is not None or src.target is None:
+                break
+            node = self.nodes[src.node]
+            for i in node.inputs + [src.id]:
+                d = self.tensors[i].target.dtype if self.tensors[i].target is not None else None
+                if d not in self.islands:
+                    u = max(u, unit(d))
+            cur = next((self.producer[i] for i in node.inputs if i in self.producer), None)
+        return u
 
     def blame(self, t: Tensor) -> tuple[int, str]:
         """The node whose own code made `t` diverge, and how (output | parameter | inserted | parent | input)."""
@@ -239,25 +260,20 @@ SCOPE = 32  # how many finished children of a module its own code is assumed to 
 ISLAND_SHARE = 0.05  # a narrower dtype in fewer than this share of the target's float pairs is an island
 
 
-def hold_islands(tensors: list[Tensor]) -> list[str]:
-    """Pairs where the target uses a narrower float dtype than golden only in a few places (one op
-    computed in fp16 in an fp32 run) are held to golden's rounding: that is a precision bug, not the
-    run's precision. Returns the island dtypes."""
-    narrower: dict[str, list[Tensor]] = {}
-    n_float = 0
+def hold_islands(tensors: list[Tensor]) -> set[str]:
+    """Float dtypes narrower than golden's that the target uses only in a few places (one op computed in
+    fp16 in an fp32 run): pairs in them are held to golden's rounding, as a precision bug is not the
+    run's precision. Returns those island dtypes."""
+    golden_dtypes = Counter(t.golden.dtype for t in tensors if t.golden is not None and unit(t.golden.dtype) > 0)
+    if not golden_dtypes:
+        return set()
+    base = unit(golden_dtypes.most_common(1)[0][0])
+    target_dtypes = Counter(t.target.dtype for t in tensors if t.target is not None and unit(t.target.dtype) > 0)
+    total = sum(target_dtypes.values())
+    islands = {d for d, n in target_dtypes.items() if unit(d) > base and n < ISLAND_SHARE * total}
     for t in tensors:
-        if t.golden is None or t.target is None or t.unit == 0:
-            continue
-        n_float += 1
-        gu, tu = unit(t.golden.dtype), unit(t.target.dtype)
-        if tu > gu:
-            narrower.setdefault(t.target.dtype, []).append(t)
-    islands = []
-    for dtype, ts in narrower.items():
-        if len(ts) < ISLAND_SHARE * n_float:
-            islands.append(dtype)
-            for t in ts:
-                t.unit = unit(t.golden.dtype)  # type: ignore[union-attr]
+        if t.golden is not None and t.target is not None and t.target.dtype in islands and unit(t.golden.dtype) < t.unit:
+            t.unit = unit(t.golden.dtype)
     return islands
 
 
@@ -296,12 +312,12 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
             n.golden = g.node
         tensors[tid].node = nid
         {"input": n.inputs, "output": n.outputs, "parameter": n.params}.get(t.role, n.outputs).append(tid)
-    hold_islands(tensors)
+    islands = hold_islands(tensors)
     order = sorted((x for x in tensors if x.target is not None), key=lambda x: x.target.index)  # type: ignore[union-attr]
     _nest(nodes)
     root = _root(nodes)
     producer = _producers(order, by_name, tensors)
-    return Graph(tensors, nodes, root, producer, golden_only, levels)
+    return Graph(tensors, nodes, root, producer, golden_only, levels, islands=islands)
 
 
 def _nest(nodes: list[Node]) -> None:

@@ -94,7 +94,7 @@ def events(graph: Graph, noise: Noise) -> list[Event]:
                 continue
             thr, jump = 0.0, math.inf
         else:
-            thr = noise.threshold(t.unit, inh, node.op, node.id)
+            thr = noise.threshold(graph.chain_unit(t), inh, node.op, node.id)
             jump = t.err / thr if thr > 0 else math.inf
             if jump > 1 and inh > 0:
                 jump = min(jump, abs_jump(graph, noise, t, node.op, node.id))
