@@ -74,12 +74,10 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
 
     Exits 0 when everything passes, 1 when something fails, 2 on bad input.
     """
-    from ..compare.run import compare
     from ..match.mapping import load_mapping
     from ..metrics.thresholds import load_thresholds, parse_expr
     from ..metrics.thresholds import preset as get_preset
     from ..metrics.thresholds import with_rules
-    from ..report import WRITERS, print_summary
 
     fmts = _formats(formats)
     th = load_thresholds(thresholds_file, base=preset) if thresholds_file else get_preset(preset)
@@ -92,6 +90,9 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     t = _open(target, rank, step, allow_partial)
     out_dir = Path(out)
     _prepare_out(out_dir, force)
+    from ..compare.run import compare  # the kernels load only once the input is known to be good
+    from ..report import WRITERS, print_summary
+
     cmp = compare(g, t, mapping=mapping, mode=mode, thresholds=th, workers=workers, progress=not no_progress)
     written = []
     for f in fmts:

@@ -1,16 +1,24 @@
 """Metrics of a golden/target tensor pair: real data, statistics or hashes, and their verdict.
 
-numpy + ml_dtypes + numba only (docs/metrics.md).
+numpy + ml_dtypes + numba only (docs/metrics.md). Names load lazily, so reading a thresholds
+file does not pay for compiling the kernels.
 """
 
-from .hash_mode import hash_equal, hash_metrics
-from .stats_mode import stats_metrics
-from .tensor import ERR_MESSAGE, TensorDataError, TensorSource, Workspace, pair_metrics, tensor_metrics
-from .thresholds import ROUNDING_UNIT, Thresholds, dtype_class, load_thresholds, preset
-from .verdict import verdict
+from importlib import import_module
 
-__all__ = [
-    "ERR_MESSAGE", "ROUNDING_UNIT", "TensorDataError", "TensorSource", "Thresholds", "Workspace", "dtype_class",
-    "hash_equal", "hash_metrics", "load_thresholds", "pair_metrics", "preset", "stats_metrics", "tensor_metrics",
-    "verdict",
-]
+_WHERE = {
+    "hash_equal": "hash_mode", "hash_metrics": "hash_mode",
+    "stats_metrics": "stats_mode",
+    "ERR_MESSAGE": "tensor", "TensorDataError": "tensor", "TensorSource": "tensor", "Workspace": "tensor",
+    "pair_metrics": "tensor", "tensor_metrics": "tensor",
+    "ROUNDING_UNIT": "thresholds", "Thresholds": "thresholds", "dtype_class": "thresholds",
+    "load_thresholds": "thresholds", "preset": "thresholds",
+    "verdict": "verdict",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
