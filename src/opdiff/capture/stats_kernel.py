@@ -178,3 +178,14 @@ def array_stats(arr: np.ndarray, dtype: str) -> Stats:
     if n == 0:
         return Stats(numel=0)
     return to_stats(raw_stats(arr.reshape(-1), dtype), n)
+
+
+def warm_up(dtypes=("float32", "float16", "bfloat16", "float64", "int64", "int32", "bool")) -> None:
+    """Compile (or load from numba's cache) the kernels for these dtypes now rather than on first use."""
+    from ..store.format import numpy_dtype
+
+    for name in dtypes:
+        for n in (1, 2 * CHUNK + 1):
+            arr = np.zeros(n, dtype=numpy_dtype(name))
+            array_stats(arr, name)
+            copy_with_stats(arr, name)
