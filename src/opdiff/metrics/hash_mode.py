@@ -6,7 +6,7 @@ from typing import Any
 
 from ..store.format import Record
 from . import names as M
-from .tensor import ERR_MESSAGE
+from .names import ERR_MESSAGE
 
 
 def hash_equal(g: Record, t: Record) -> bool | None:

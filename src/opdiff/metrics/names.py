@@ -1,5 +1,7 @@
 """Metric keys of PairResult.metrics: the column names users know from msaccucmp / msprobe (docs/metrics.md)."""
 
+ERR_MESSAGE = "Err_message"  # the key of a metrics dict that carries the reasons for N/A values
+
 # real-data (tensor) mode
 COSINE = "Cosine"
 MAX_ABS_ERR = "MaxAbsErr"

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..store.format import Stats
 from . import names as M
-from .tensor import ERR_MESSAGE
+from .names import ERR_MESSAGE
 
 
 def _diff(g: float | None, t: float | None) -> tuple[float | None, float | None]:

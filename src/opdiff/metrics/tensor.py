@@ -22,7 +22,7 @@ from ..store.format import dtype_name, numpy_dtype
 from . import kernel as K
 from . import names as M
 
-ERR_MESSAGE = "Err_message"
+from .names import ERR_MESSAGE  # noqa: E402  (re-exported)
 CHUNK_ELEMENTS = 1 << 20  # elements read per side at a time (4 MB of fp32)
 BLOCK_ELEMENTS = 1 << 13  # elements the kernel folds at a time: its scratch stays in L1/L2
 # dtypes float32 cannot hold exactly: their pairs run through the float64 kernel
