@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -30,7 +31,8 @@ def _key_metrics(r: PairResult) -> str:
 def print_summary(cmp: Comparison, console: Console | None = None, *, top: int = 10,
                   outputs: list[str] | None = None, allow_unmatched: bool = False) -> None:
     """Print the verdict counts, the first FAIL, the worst pairs, unmatched records and the report files."""
-    con = console or Console(stderr=False)
+    # not a terminal (CI logs, pipes): do not wrap long record names at 80 columns
+    con = console or Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     counts = cmp.counts()
     n = len(cmp.results)
     parts = [f"[{STYLE[k]}]{k} {counts.get(k, 0)}[/]" for k in (PASS, WARNING, FAIL, NA)]
@@ -75,5 +77,15 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
         con.print(f"[yellow]warning:[/] {p}")
     if outputs:
         con.print("reports: " + "  ".join(outputs))
-    verdict = "PASS" if cmp.passed(allow_unmatched) else "FAIL"
-    con.print(f"[bold {STYLE[verdict]}]{verdict}[/]")
+    if cmp.passed(allow_unmatched):
+        con.print(f"[bold {STYLE[PASS]}]PASS[/]")
+        return
+    why = []
+    if counts.get(FAIL):
+        why.append(f"{counts[FAIL]} FAIL")
+    if bad:
+        why.append(f"{len(bad)} mismatched or unreadable")
+    unmatched = len(cmp.unmatched("golden")) + len(cmp.unmatched("target"))
+    if unmatched and not allow_unmatched:
+        why.append(f"{unmatched} unmatched (--allow-unmatched accepts them)")
+    con.print(f"[bold {STYLE[FAIL]}]FAIL[/] ({', '.join(why)})")
