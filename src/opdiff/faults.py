@@ -380,6 +380,33 @@ def _final_norm_eps(model, inputs, block):
     return path, f"{type(norm).__name__} {path} (the last norm): {attr} {old:g} -> {new:g}"
 
 
+def _manual_layernorm(model, inputs, block):
+    import torch
+
+    norms = [m for _, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)]
+    if not norms:
+        raise ValueError(f"{type(model).__name__}: no nn.LayerNorm")
+
+    def forward(self, x):
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+    for m in norms:
+        m.forward = forward.__get__(m)
+    return None, f"every LayerNorm computed by hand ({len(norms)}): same math, other rounding"
+
+
+def _eager_attention(model, inputs, block):
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        raise ValueError(f"{type(model).__name__}: does not use sdpa attention")
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if cfg is not None:
+            cfg._attn_implementation = "eager"
+    return None, "attention computed by the eager implementation instead of scaled_dot_product_attention"
+
+
 def _identical(model, inputs, block):
     return None, "nothing changed: the same model run twice"
 
@@ -439,6 +466,8 @@ EXTRA: dict[str, Fault] = {f.name: f for f in [
     Fault("embedding_row", "fault", "an embedding row scaled by 1.01", _embedding_row),
     Fault("final_norm_eps", "fault", "the last norm's epsilon changed", _final_norm_eps),
     Fault("half_model", "benign", "the whole target in fp16", _identical),
+    Fault("manual_layernorm", "benign", "LayerNorm computed by hand (other rounding)", _manual_layernorm),
+    Fault("eager_attention", "benign", "eager attention instead of sdpa (other kernel)", _eager_attention),
     Fault("bf16_model", "benign", "the whole target in bf16", _identical),
 ]}
 FAULTS.update(EXTRA)

@@ -13,7 +13,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..compare.result import PairResult
+from ..compare.result import MATCH_SEQUENCE, PairResult
 from ..errors import DumpError
 from ..store.format import Record
 from ..store.reader import Dump
@@ -239,6 +239,9 @@ def _error(p: PairResult, golden: Dump | None, target: Dump | None) -> float | N
     if p.target is not None and p.target.role == "output" and p.target.src:
         return None  # an output recorded as an alias of an earlier tensor (in-place op): its values are not its own
     err = pair_error(p)
+    if p.match == MATCH_SEQUENCE and p.golden is not None and p.target is not None and \
+            (p.golden.op != p.target.op or (err is not None and err > GUESS_LIMIT)):
+        return None  # a pair guessed by position between different ops, or unrelated-looking: not evidence
     if err and p.golden is not None and p.target is not None and golden is not None and target is not None \
             and has_fill(p.golden) and p.golden.has_data and p.target.has_data:
         try:
@@ -256,6 +259,7 @@ def _abs_error(p: PairResult) -> float | None:
         return None
 
 
+GUESS_LIMIT = 0.5  # a pair made by sequence alignment whose relative error exceeds this is taken as a mis-pairing
 SCOPE = 32  # how many finished children of a module its own code is assumed to read from
 ISLAND_SHARE = 0.05  # a narrower dtype in fewer than this share of the target's float pairs is an island
 
@@ -308,7 +312,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
             nodes.append(Node(nid, t.node, t.module, t.op, t.level, t.index, t.index))
         n = nodes[nid]
         n.start, n.end = min(n.start, t.index), max(n.end, t.index)
-        if g is not None and n.golden is None:
+        if g is not None and n.golden is None and tensors[tid].err is not None:
             n.golden = g.node
         tensors[tid].node = nid
         {"input": n.inputs, "output": n.outputs, "parameter": n.params}.get(t.role, n.outputs).append(tid)
