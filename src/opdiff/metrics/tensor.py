@@ -25,6 +25,7 @@ from . import names as M
 from .names import ERR_MESSAGE  # noqa: E402  (re-exported)
 CHUNK_ELEMENTS = 1 << 20  # elements read per side at a time (4 MB of fp32)
 BLOCK_ELEMENTS = 1 << 13  # elements the kernel folds at a time: its scratch stays in L1/L2
+FAULT_AROUND = max(mmap.PAGESIZE, 64 << 10)  # Linux's default fault_around_bytes
 # dtypes float32 cannot hold exactly: their pairs run through the float64 kernel
 _WIDE = frozenset({"float64", "int64", "int32", "uint64", "uint32"})
 
@@ -142,8 +143,11 @@ class _Reader:
                 raise TensorDataError(f"{self.src.path}: tensor {self.src.label!r} is truncated "
                                       f"(needs bytes up to {end}, the shard has {len(self.mm)})")
             raw = np.frombuffer(self.mm, dtype=self.np_dtype, count=count, offset=first)
-            page = first - first % mmap.PAGESIZE
-            self.held = (page, end - page)
+            # the kernel maps the aligned 64 KB around each faulting page ("fault-around"): release
+            # that whole window, or pages of neighbouring tensors stay resident
+            lo = first - first % FAULT_AROUND
+            hi = min(len(self.mm), end + (-end % FAULT_AROUND))
+            self.held = (lo, hi - lo)
             if self.hasher is not None:
                 self.hasher.update(raw.view(np.uint8))
         if raw.dtype == self.kdtype:
