@@ -1,5 +1,6 @@
 """Diagnose on real transformers (opdiff.zoo) with faults injected into a middle block, benign
-changes and input mismatches: the verdict and the culprit's module path, at module and aten level.
+changes and input mismatches: the verdict and the culprit's module path, at module and aten level
+(and api level on a third of the cases).
 
 Golden dumps are captured once per (model, level) and shared; each case captures its target.
 """
@@ -52,8 +53,11 @@ def goldens(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("fault,model_name", CASES, ids=[f"{f}-{m}" for f, m in CASES])
+# the api level (TorchFunctionMode) on every third case, to keep the suite's time in budget
+PARAMS = [(f, m, level) for f, m in CASES for level in LEVELS] + [(f, m, "api") for f, m in CASES[::3]]
+
+
+@pytest.mark.parametrize("fault,model_name,level", PARAMS, ids=[f"{f}-{m}-{lv}" for f, m, lv in PARAMS])
 def test_scenario(fault, model_name, level, goldens, tmp_path):
     golden_path = goldens(model_name, level, fault)
     _, _, target, inj = faults.build_pair(model_name, fault)

@@ -51,7 +51,8 @@ def _tensor_table(title: str, rows: list[tuple[str, dict[str, Any]]], node: str 
         dt = t.get("dtype") or {}
         name = _short(t.get("target"), node) if t.get("target") else f"(golden) {t.get('golden')}"
         table.add_row(kind, name, f"{dt.get('golden')}/{dt.get('target')}",
-                      "x".join(map(str, t.get("shape") or [])) or "()", fmt(t.get("error_units")), _cos(t.get("cosine")),
+                      "x".join(map(str, t.get("shape") or [])) or "()",
+                      "differs" if t.get("error_units") is None and t.get("error") else fmt(t.get("error_units")), _cos(t.get("cosine")),
                       fmt(t.get("max_abs_err")))
     return table
 

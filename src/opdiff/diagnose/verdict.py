@@ -68,7 +68,7 @@ def units(t: Tensor) -> float | None:
     if t.err is None:
         return None
     if t.unit == 0:
-        return 0.0 if t.err == 0 else math.inf
+        return 0.0 if t.err == 0 else None  # integers differ or not: no units
     return t.err / t.unit
 
 
@@ -110,7 +110,10 @@ def _main_output(graph: Graph, node: Node, fallback: Tensor, noise: Noise | None
 
 def _reason(graph: Graph, ev_tensor: Tensor, how: str, node: Node, inherited_units: float | None) -> str:
     u = units(ev_tensor)
-    err = "non-finite" if u is None or not math.isfinite(u) else f"{u:.3g} rounding units"
+    if ev_tensor.unit == 0:
+        err = "some values (integers, compared exactly)"
+    else:
+        err = "non-finite values" if u is None or not math.isfinite(u) else f"{u:.3g} rounding units"
     inh = "exactly" if not inherited_units else f"within {inherited_units:.3g} units"
     rec = ev_tensor.rec
     if how == "output":
