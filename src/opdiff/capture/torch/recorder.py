@@ -84,11 +84,13 @@ class Recorder:
             return e
         return None
 
-    def link_view(self, view: torch.Tensor, base: torch.Tensor) -> None:
-        """A view made by a skipped op: its producer is its base's (src looks through views)."""
+    def link_view(self, views: Any, base: torch.Tensor) -> None:
+        """Views made by a skipped op (one tensor, or a list from split/unbind): their producer is their base's."""
         e = self.lookup(base)
-        if e is not None and e.producer is not None and isinstance(view, torch.Tensor):
-            self._remember(view, None, None, None, e.producer)
+        if e is not None and e.producer is not None:
+            for view in views if isinstance(views, (list, tuple)) else (views,):
+                if isinstance(view, torch.Tensor):
+                    self._remember(view, None, None, None, e.producer)
 
     def _remember(self, t: torch.Tensor, rec: Record | None, stats: Stats | None, hsh: str | None,
                   producer: str | None) -> None:
