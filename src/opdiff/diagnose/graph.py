@@ -76,7 +76,8 @@ class Graph:
     levels: set[str]
     consumers: dict[int, list[int]] = field(default_factory=dict)  # tensor id -> input tensor ids that are it
     _ends: dict[int, list[int]] = field(default_factory=dict, repr=False)
-    islands: set[str] = field(default_factory=set)  # narrow dtypes the target uses in a few places only  # node id -> its children's ends, sorted
+    islands: set[str] = field(default_factory=set)  # narrow dtypes the target uses in a few places only
+    passthrough: set[int] = field(default_factory=set)  # inputs that golden passes on unchanged from an earlier output  # node id -> its children's ends, sorted
     owner: dict[str, int] = field(default_factory=dict)  # module path -> its first (non-parameter) call
 
     def __post_init__(self) -> None:
@@ -157,7 +158,8 @@ class Graph:
         return u
 
     def blame(self, t: Tensor) -> tuple[int, str]:
-        """The node whose own code made `t` diverge, and how (output | parameter | inserted | parent | input)."""
+        """The node whose own code made `t` diverge, and how (output | parameter | inserted | input-changed |
+        parent | input)."""
         node = self.node_of(t)
         assert node is not None
         if t.role in ("output", "gradient"):
@@ -174,6 +176,8 @@ class Graph:
             return node.id, "input"
         if p is None and not self.module_level:
             return node.id, "input"  # an external tensor (weight, buffer) read by this op
+        if p is None and t.id in self.passthrough:
+            return node.id, "input-changed"  # golden hands it over unchanged; the target alters it on the way in
         if node.parent is not None:
             return node.parent, "parent"
         return node.id, "input"
@@ -321,7 +325,8 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     _nest(nodes)
     root = _root(nodes)
     producer = _producers(order, by_name, tensors)
-    return Graph(tensors, nodes, root, producer, golden_only, levels, islands=islands)
+    passthrough = _golden_passthrough(tensors)
+    return Graph(tensors, nodes, root, producer, golden_only, levels, islands=islands, passthrough=passthrough)
 
 
 def _nest(nodes: list[Node]) -> None:
@@ -342,6 +347,21 @@ def _root(nodes: list[Node]) -> int | None:
     if not roots:
         roots = [n for n in nodes if n.module == "" and n.parent is None]
     return min(roots, key=lambda n: n.start).id if roots else None
+
+
+def _golden_passthrough(tensors: list[Tensor]) -> set[int]:
+    """Input tensors that, in golden, are exactly an earlier output (passed on unchanged)."""
+    seen: set[object] = set()
+    out: set[int] = set()
+    for t in sorted((x for x in tensors if x.golden is not None), key=lambda x: x.golden.index):  # type: ignore[union-attr]
+        key = _identity_key(t.golden)  # type: ignore[arg-type]
+        if key is None:
+            continue
+        if t.golden.role == "input" and key in seen:  # type: ignore[union-attr]
+            out.add(t.id)
+        elif t.golden.role in ("output", "parameter"):  # type: ignore[union-attr]
+            seen.add(key)
+    return out
 
 
 def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tensor]) -> dict[int, int]:

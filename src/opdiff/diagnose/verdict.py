@@ -123,6 +123,10 @@ def _reason(graph: Graph, ev_tensor: Tensor, how: str, node: Node, inherited_uni
     if how == "inserted":
         return (f"an op golden does not have ({node.op} in {node.module or '<root>'}) changed the tensor that "
                 f"{graph.node_of(ev_tensor).name} reads (off by {err}) while its own inputs agree")  # type: ignore[union-attr]
+    if how == "input-changed":
+        parent = graph.nodes[node.parent].module if node.parent is not None else "<root>"
+        return (f"its input {rec.pos} is off by {err} although golden hands it the very tensor an earlier op made, "
+                f"which agrees: it is changed on the way in (a hook, a cast in {parent or '<root>'}'s call, a patched call)")
     if how == "parent":
         child = graph.node_of(ev_tensor)
         return (f"everything it computed before agrees ({inh}), but the input of its child {child.name} "  # type: ignore[union-attr]
