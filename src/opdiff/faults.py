@@ -380,6 +380,33 @@ def _final_norm_eps(model, inputs, block):
     return path, f"{type(norm).__name__} {path} (the last norm): {attr} {old:g} -> {new:g}"
 
 
+def _activation_module(model, inputs, block):
+    import torch
+
+    path, act = _first(model, block, lambda p, m: _act_kind(m) in ("gelu", "gelu_tanh"), "GELU activation")
+    new = torch.nn.GELU(approximate="tanh" if _act_kind(act) == "gelu" else "none")
+    parent_path, name = path.rsplit(".", 1)
+    setattr(model.get_submodule(parent_path), name, new)
+    return path, f"{type(act).__name__} {path} replaced by {new!r} (another class, the other GELU)"
+
+
+def _norm_replaced(model, inputs, block):
+    import torch
+
+    path, norm = _first(model, block, lambda p, m: isinstance(m, torch.nn.LayerNorm), "LayerNorm")
+    new = torch.nn.LayerNorm(norm.normalized_shape, eps=max(norm.eps * 10, 1e-4))
+    new.load_state_dict(norm.state_dict())
+    parent_path, name = path.rsplit(".", 1)
+    setattr(model.get_submodule(parent_path), name, new)
+    return path, f"LayerNorm {path} replaced by a new LayerNorm with eps {new.eps:g} (was {norm.eps:g})"
+
+
+def _output_hook(model, inputs, block):
+    path, lin = _mlp_linear(model, block)
+    lin.register_forward_hook(lambda mod, args, out: out * 1.001)
+    return path, f"{type(lin).__name__} {path}: a forward hook scales its output by 1.001"
+
+
 def _manual_layernorm(model, inputs, block):
     import torch
 
@@ -465,6 +492,9 @@ EXTRA: dict[str, Fault] = {f.name: f for f in [
     Fault("linear_fp16", "fault", "a Linear computed in fp16", _linear_fp16),
     Fault("embedding_row", "fault", "an embedding row scaled by 1.01", _embedding_row),
     Fault("final_norm_eps", "fault", "the last norm's epsilon changed", _final_norm_eps),
+    Fault("activation_module", "fault", "an activation module replaced by the other GELU", _activation_module),
+    Fault("norm_replaced", "fault", "a LayerNorm replaced by one with another eps", _norm_replaced),
+    Fault("output_hook", "fault", "a forward hook scaling a Linear's output", _output_hook),
     Fault("half_model", "benign", "the whole target in fp16", _identical),
     Fault("manual_layernorm", "benign", "LayerNorm computed by hand (other rounding)", _manual_layernorm),
     Fault("eager_attention", "benign", "eager attention instead of sdpa (other kernel)", _eager_attention),
