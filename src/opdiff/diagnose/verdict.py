@@ -157,7 +157,7 @@ def _advice(node: Node, how: str, replayable: bool) -> str:
             break
     if replayable and how != "parameter":
         parts.append(f"Confirm with: opdiff replay GOLDEN TARGET '{node.name}'.")
-    return " ".join(parts) or "Compare this op's implementation and settings with golden's."
+    return " ".join(parts)
 
 
 def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: int = 40) -> list[dict[str, Any]]:
@@ -275,6 +275,14 @@ def decide(graph: Graph, noise: Noise, events: list[Event], overflow: Overflow |
         d.summary = f"{node.module or '<root>'} ({node.op}) is the culprit: {reason}"
         d.evidence = _node_evidence(graph, node, t)
         d.advice = _advice(node, ev.how, replayable)
+        missing = _golden_only_inside(graph, node)
+        if missing:
+            d.culprit["golden_only_calls"] = missing
+            d.advice = (f"Golden runs {len(missing)} call(s) inside it that the target does not "
+                        f"({', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}): the target computes this "
+                        "module another way (a fused or patched implementation); compare that code with golden's. "
+                        + d.advice).strip()
+        d.advice = d.advice or "Compare this op's implementation and settings (arguments, dtype) with golden's."
         d.path_of_divergence = _path(graph, t.order, node, noise)
         ranked = [cands[pick]] + sorted((c for i, c in enumerate(cands) if i != pick), key=lambda c: -c[2])
         d.candidates = [_cand_json(graph, i + 1, n, e, j, None) for i, (n, e, j) in enumerate(ranked[:10])]
@@ -303,6 +311,14 @@ def decide(graph: Graph, noise: Noise, events: list[Event], overflow: Overflow |
     d.evidence = {"output": [tensor_info(graph, t) for t, _ in out_errs[:4]]}
     d.advice = "Nothing to fix."
     return d
+
+
+def _golden_only_inside(graph: Graph, node: Node) -> list[str]:
+    """Golden calls inside the culprit's module that have no counterpart in the target."""
+    prefix = node.module + "." if node.module else ""
+    names = [graph.tensors[i].golden.node for i in graph.golden_only  # type: ignore[union-attr]
+             if graph.tensors[i].golden.module.startswith(prefix) and graph.tensors[i].golden.level != "param"]  # type: ignore[union-attr]
+    return list(dict.fromkeys(names))
 
 
 def _output_errors(graph: Graph) -> list[tuple[Tensor, float]]:
