@@ -113,3 +113,33 @@ def test_replay_cli(dumps):
     assert r.returncode == 2 and "no op matches" in r.stderr
     r = opdiff("replay", dumps["golden-module"], dumps["eps"], "h.1.ln_1/LayerNorm")
     assert r.returncode == 1 and "cannot be rebuilt" in r.stdout
+
+
+def test_map_pairs_a_fused_module_of_another_class(tmp_path, dumps):
+    """The target's MLP is a FusedMLP (another class, with a bug); --map pairs it with golden's GPT2MLP."""
+    import torch
+
+    model, inputs = zoo.build("gpt2", layers=3)
+    mlp = model.transformer.h[1].mlp
+
+    class FusedMLP(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.w1, self.b1, self.w2, self.b2 = m.c_fc.weight, m.c_fc.bias, m.c_proj.weight, m.c_proj.bias
+
+        def forward(self, x):
+            h = torch.nn.functional.gelu(x @ self.w1 + self.b1)  # bug: exact GELU where GPT-2 uses tanh
+            return h @ self.w2 + self.b2
+
+    model.transformer.h[1].mlp = FusedMLP(mlp)
+    with capture(model, tmp_path / "fused", level="module", mode="tensor"):
+        faults.run(model, inputs)
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text('names:\n  "transformer.h.1.mlp/FusedMLP#0": "transformer.h.1.mlp/GPT2MLP#0"\n')
+    r = opdiff("diagnose", dumps["golden-module"], tmp_path / "fused", "--map", mapping, "--json")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1, r.stderr
+    assert doc["culprit"]["module"] == "transformer.h.1.mlp" and doc["culprit"]["op"] == "FusedMLP"
+    assert doc["culprit"]["golden"] == "transformer.h.1.mlp/GPT2MLP#0/forward/output/0"
+    assert doc["culprit"]["how"] == "output"
+    assert len(doc["culprit"]["golden_only_calls"]) == 4  # c_fc, act, c_proj, dropout were fused away

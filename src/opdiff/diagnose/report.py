@@ -83,7 +83,8 @@ def render(d: Diagnosis, console: Console | None = None, *, golden: str = "", ta
         c.print(_tensor_table("model inputs that differ", [("input", t) for t in d.evidence.get("inputs", [])]))
     if d.first_divergence and d.verdict not in ("pass",):
         f = d.first_divergence
-        c.print(f"[bold]first divergence:[/] {f.get('target') or f.get('golden')} ({fmt(f.get('error_units'))} units)")
+        size = "differs" if f.get("error_units") is None else f"{fmt(f.get('error_units'))} units"
+        c.print(f"[bold]first divergence:[/] {f.get('target') or f.get('golden')} ({size})")
     if d.path_of_divergence:
         table = Table(title="path of divergence (culprit -> model output)", title_justify="left", pad_edge=False)
         for col in ("module", "op", "err (units)", "cosine"):
