@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -142,3 +144,28 @@ def test_bad_options_are_one_line_errors(tmp_path):
     with pytest.raises(TypeError, match="no capture for a model"):
         opdiff.capture(object(), tmp_path / "a")
     assert not (tmp_path / "a").exists()
+
+
+_DIST_WORKER = """
+import sys, torch, torch.distributed as dist
+import opdiff
+rank, root = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method=f"file://{root}/rendezvous", rank=rank, world_size=2)
+model = torch.nn.Linear(4, 3)  # the rank plumbing needs no big model (and no transformers import)
+with torch.no_grad(), opdiff.capture(model, f"{root}/r{rank}", mode="stats"):
+    model(torch.ones(2, 4))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_rank_comes_from_torch_distributed(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-c", _DIST_WORKER, str(r), str(tmp_path)], stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    for r in (0, 1):
+        dump = opdiff.load(tmp_path / f"r{r}")
+        assert dump.rank == r and dump.meta["rank"] == r and dump.meta["world_size"] == 2
+        assert (tmp_path / f"r{r}" / f"rank{r}" / "step0" / "index.jsonl").exists()
