@@ -3,8 +3,9 @@
     .venv/bin/python bench/compare_bench.py [--out bench/out] [--gb 2] [--records 4096] [--workers 1,2]
 
 Builds (with opdiff's DumpWriter) a synthetic golden/target pair with GB gigabytes of fp32 tensor
-data PER SIDE in RECORDS records of mixed sizes (256 elements to 64 MB, log-uniform), and a small
-pair of 40,000 small records. Every measurement runs in a fresh child process, so its wall time
+data PER SIDE in RECORDS records of mixed sizes (256 elements up, log-uniform), each record with
+its statistics and xxh3 content hash like a tensor-mode capture (compare verifies every tensor
+against its hash in the same pass), and a small pair of 40,000 small records. Every measurement runs in a fresh child process, so its wall time
 includes Python start-up and its peak RSS (VmHWM) is that of the comparison alone.
 Throughput counts the tensor bytes of BOTH sides (golden + target) read and compared, with all
 metrics. "warm cache": shards in the OS page cache (just written); "cold cache": evicted first
@@ -51,8 +52,8 @@ def build_big(out: Path, gb: float, records: int, seed: int = 0) -> dict:
         g = rng.standard_normal(int(n), dtype=np.float32)
         t = g + g * np.float32(1e-6) * noise[:n]
         tensor = Tensor(f"layers.{i // 8}.m{i % 8}", "Linear", "output", "0", g)
-        rg = make_record(tensor, with_hash=False)
-        rt = make_record(Tensor(tensor.module, tensor.op, tensor.role, tensor.pos, t), with_hash=False)
+        rg = make_record(tensor)  # with its content hash, as a tensor-mode capture writes: compare verifies it
+        rt = make_record(Tensor(tensor.module, tensor.op, tensor.role, tensor.pos, t))
         wg.add(rg, g)
         wt.add(rt, t)
     wg.close()

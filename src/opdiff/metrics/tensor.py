@@ -148,6 +148,9 @@ class _Reader:
             lo = first - first % FAULT_AROUND
             hi = min(len(self.mm), end + (-end % FAULT_AROUND))
             self.held = (lo, hi - lo)
+            ahead = min(len(self.mm), self.src.offset + self.src.numel * self.np_dtype.itemsize) - hi
+            if ahead > 0:  # start reading the next chunk from disk while this one is computed
+                self.mm.madvise(mmap.MADV_WILLNEED, hi, min(ahead, end - first))
             if self.hasher is not None:
                 self.hasher.update(raw.view(np.uint8))
         if raw.dtype == self.kdtype:
