@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 import pytest
 import torch
 
+from opdiff.capture import stats_kernel
 from opdiff.capture.stats_kernel import CHUNK, array_stats
 from opdiff.capture.torch.tensors import device_stats, dtype_name, hash_of, host_copy, stats_of
 from opdiff.store.stats import content_hash, tensor_stats
@@ -75,17 +75,14 @@ def test_views_scalars_and_all_nonfinite():
     assert (s.min, s.max, s.mean, s.nan, s.posinf, s.neginf) == (None, None, None, 1, 1, 1)
 
 
-def test_statistics_do_not_depend_on_the_thread_count():
+def test_statistics_do_not_depend_on_the_thread_count(monkeypatch):
     x = _tensor(torch.float32, 20 * CHUNK + 3, special=False, seed=1).numpy()
-    before = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
-        one = array_stats(x, "float32")
-        numba.set_num_threads(before)
-        many = array_stats(x, "float32")
-    finally:
-        numba.set_num_threads(before)
-    assert one == many
+    results = []
+    for workers in (1, 2, 3):
+        monkeypatch.setattr(stats_kernel, "WORKERS", workers)
+        results.append(array_stats(x, "float32"))
+    assert results[0] == results[1] == results[2]
+    assert results[0].mean == pytest.approx(float(np.float64(x).mean()), rel=1e-12)
 
 
 def test_unsupported_tensors_are_skipped_not_fatal():

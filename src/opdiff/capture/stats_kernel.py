@@ -2,14 +2,17 @@
 
 Same semantics as the numpy reference `opdiff.store.stats.tensor_stats` (min/max/mean/std/norm
 over finite elements in float64, counts of nan/+inf/-inf/zeros), but one read of the data, float64
-accumulators, both cores, and a fixed chunking so that the result does not depend on the thread
-count. fp16/bf16/fp8 are decoded through a lookup table (numba has no 16-bit floats).
+accumulators, all cores (plain threads: the kernel runs without the GIL, and idle workers sleep
+instead of spinning against the framework's own thread pool), and a fixed chunking so that the
+result does not depend on the thread count. fp16/bf16/fp8 are decoded through a lookup table (numba has no 16-bit floats).
 See bench/capture_bench.py and docs/capture.md ("Statistics") for the measurements behind it.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import ml_dtypes
 import numba as nb
@@ -19,7 +22,7 @@ from numba.extending import overload
 
 from ..store.format import Stats
 
-CHUNK = 1 << 16  # elements per parallel work item; fixed so results are thread-count independent
+CHUNK = 1 << 16  # elements per work item; fixed so that results do not depend on the thread count
 _OUT = 9  # min, max, sum, sum of squares, finite, nan, posinf, neginf, zeros
 
 
@@ -98,20 +101,35 @@ def _combine(parts):
     return o
 
 
-@nb.njit(cache=True, nogil=True, parallel=True)
-def _stats_parallel(x, table, dst):
-    n = x.size
-    nch = (n + CHUNK - 1) // CHUNK
-    parts = np.zeros((nch, _OUT))
-    for c in nb.prange(nch):
-        _chunk(x, table, dst, c * CHUNK, min(n, (c + 1) * CHUNK), parts[c])
-    return _combine(parts)
-
-
 @nb.njit(cache=True, nogil=True)
-def _stats_serial(x, table, dst):
-    parts = np.zeros((1, _OUT))
-    _chunk(x, table, dst, 0, x.size, parts[0])
+def _chunks(x, table, dst, c0, c1, parts):
+    """Chunks c0..c1 into their rows of `parts` (runs without the GIL, so threads share the work)."""
+    n = x.size
+    for c in range(c0, c1):
+        _chunk(x, table, dst, c * CHUNK, min(n, (c + 1) * CHUNK), parts[c])
+
+
+WORKERS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+MIN_CHUNKS_PER_WORKER = 4  # below this a tensor is measured on the calling thread alone
+_pool: ThreadPoolExecutor | None = None
+
+
+def _run(x, table, dst) -> np.ndarray:
+    """The kernel over all chunks, split among WORKERS threads; the sum is taken in chunk order."""
+    global _pool
+    nch = (x.size + CHUNK - 1) // CHUNK
+    parts = np.zeros((nch, _OUT))
+    workers = min(WORKERS, nch // MIN_CHUNKS_PER_WORKER)
+    if workers <= 1:
+        _chunks(x, table, dst, 0, nch, parts)
+    else:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=WORKERS - 1, thread_name_prefix="opdiff-stats")
+        bounds = [nch * k // workers for k in range(workers + 1)]
+        jobs = [_pool.submit(_chunks, x, table, dst, bounds[k], bounds[k + 1], parts) for k in range(1, workers)]
+        _chunks(x, table, dst, bounds[0], bounds[1], parts)
+        for job in jobs:
+            job.result()
     return _combine(parts)
 
 
@@ -143,12 +161,11 @@ def raw_stats(flat: np.ndarray, dtype: str, copy_to: np.ndarray | None = None) -
 
     With `copy_to` (an array of the same size and dtype), the data is copied there in the same pass.
     """
-    run = _stats_serial if flat.size <= 2 * CHUNK else _stats_parallel
     code_dtype, table = _lut(dtype) if dtype in _LUT_DTYPES else (np.uint8 if dtype == "bool" else None, None)
     if code_dtype is not None:
         flat = flat.view(code_dtype)
         copy_to = copy_to.view(code_dtype) if copy_to is not None else None
-    return run(flat, table, copy_to)
+    return _run(flat, table, copy_to)
 
 
 def to_stats(o: np.ndarray, numel: int) -> Stats:
