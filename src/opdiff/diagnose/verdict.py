@@ -230,64 +230,75 @@ def decide(graph: Graph, noise: Noise, events: list[Event], overflow: Overflow |
     pick = _pick(cands)
 
     if inputs_differ:
-        d.verdict = "inputs-differ"
-        names = ", ".join(t.rec.pos for t in inputs_differ)
-        d.summary = f"the model's own inputs differ ({names}): no op is to blame"
-        d.evidence = {"inputs": [tensor_info(graph, t) for t in inputs_differ]}
-        d.advice = ("Make both runs see the same inputs: same data and order, same seeds, random preprocessing and "
-                    "augmentation off, same tokenizer; then compare again.")
-        return d
+        _inputs_differ(graph, d, inputs_differ)
+    elif overflow is not None:  # inf/nan where golden is finite is the headline, whatever came before it
+        _overflow(graph, noise, d, overflow, cands, pick)
+    elif pick is not None:
+        _fault(graph, noise, d, cands, pick, replayable)
+    else:
+        _drift_or_pass(graph, noise, d)
+    return d
 
-    if overflow is not None:  # inf/nan where golden is finite is the headline, whatever came before it
-        node = graph.nodes[overflow.node]
-        t = graph.tensors[overflow.tensor]
-        main = _main_output(graph, node, t, noise)
-        also = ("golden has inf/nan there too, but not the same ones" if overflow.golden_overflows
-                else "golden stays finite there")
-        reason = (f"inf/nan first appear in {t.rec.name} ({', '.join(f'{k}={v}' for k, v in overflow.counts.items() if v)}) "
-                  f"while its inputs are finite; {also}")
-        d.verdict = "overflow"
-        d.culprit = {**node_info(graph, node), "golden": main.golden.name if main.golden else None,
-                     "target": main.target.name if main.target else None, "reason": reason,
-                     "how": overflow.how, "golden_overflows": overflow.golden_overflows}
-        d.summary = f"overflow in {node.module or '<root>'} ({node.op}): {reason}"
-        if pick is not None and graph.tensors[cands[pick][1].tensor].order < t.order:
-            before = cands[pick][0]
-            d.summary += f"; before it, {before.module or '<root>'} ({before.op}) already adds an error of its own"
-        d.evidence = _node_evidence(graph, node, t)
-        d.advice = ("Compute this op in a wider dtype (fp32 or bf16 instead of fp16), subtract the max before exp, "
-                    "or rescale its inputs; golden's values show how large they get.")
-        d.path_of_divergence = _path(graph, t.order, node, noise)
-        d.candidates = [_cand_json(graph, 1, node, None, math.inf, reason)] + [
-            _cand_json(graph, i + 2, n, ev, j, None) for i, (n, ev, j) in enumerate(sorted(cands, key=lambda c: -c[2])[:9])]
-        return d
 
-    if pick is not None:
-        node, ev, jump = cands[pick]
-        t = graph.tensors[ev.tensor]
-        inh_units = max((units(s) or 0.0 for s in graph.known_sources(t)), default=0.0)
-        reason = _reason(graph, t, ev.how, node, inh_units)
-        main = _main_output(graph, node, t, noise)
-        d.verdict = "fault"
-        d.culprit = {**node_info(graph, node), "golden": main.golden.name if main.golden else None,
-                     "target": main.target.name if main.target else None, "reason": reason, "how": ev.how,
-                     "evidence_record": t.target.name if t.target else None, "score": _num(jump)}
-        d.summary = f"{node.module or '<root>'} ({node.op}) is the culprit: {reason}"
-        d.evidence = _node_evidence(graph, node, t)
-        d.advice = _advice(node, ev.how, replayable)
-        missing = _golden_only_inside(graph, node)
-        if missing:
-            d.culprit["golden_only_calls"] = missing
-            d.advice = (f"Golden runs {len(missing)} call(s) inside it that the target does not "
-                        f"({', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}): the target computes this "
-                        "module another way (a fused or patched implementation); compare that code with golden's. "
-                        + d.advice).strip()
-        d.advice = d.advice or "Compare this op's implementation and settings (arguments, dtype) with golden's."
-        d.path_of_divergence = _path(graph, t.order, node, noise)
-        ranked = [cands[pick]] + sorted((c for i, c in enumerate(cands) if i != pick), key=lambda c: -c[2])
-        d.candidates = [_cand_json(graph, i + 1, n, e, j, None) for i, (n, e, j) in enumerate(ranked[:10])]
-        return d
+def _inputs_differ(graph: Graph, d: Diagnosis, inputs_differ: list[Tensor]) -> None:
+    d.verdict = "inputs-differ"
+    names = ", ".join(t.rec.pos for t in inputs_differ)
+    d.summary = f"the model's own inputs differ ({names}): no op is to blame"
+    d.evidence = {"inputs": [tensor_info(graph, t) for t in inputs_differ]}
+    d.advice = ("Make both runs see the same inputs: same data and order, same seeds, random preprocessing and "
+                "augmentation off, same tokenizer; then compare again.")
 
+
+def _overflow(graph: Graph, noise: Noise, d: Diagnosis, overflow: Overflow, cands, pick: int | None) -> None:
+    node = graph.nodes[overflow.node]
+    t = graph.tensors[overflow.tensor]
+    main = _main_output(graph, node, t, noise)
+    also = "golden has inf/nan there too, but not the same ones" if overflow.golden_overflows else "golden stays finite there"
+    reason = (f"inf/nan first appear in {t.rec.name} ({', '.join(f'{k}={v}' for k, v in overflow.counts.items() if v)}) "
+              f"while its inputs are finite; {also}")
+    d.verdict = "overflow"
+    d.culprit = {**node_info(graph, node), "golden": main.golden.name if main.golden else None,
+                 "target": main.target.name if main.target else None, "reason": reason,
+                 "how": overflow.how, "golden_overflows": overflow.golden_overflows}
+    d.summary = f"overflow in {node.module or '<root>'} ({node.op}): {reason}"
+    if pick is not None and graph.tensors[cands[pick][1].tensor].order < t.order:
+        before = cands[pick][0]
+        d.summary += f"; before it, {before.module or '<root>'} ({before.op}) already adds an error of its own"
+    d.evidence = _node_evidence(graph, node, t)
+    d.advice = ("Compute this op in a wider dtype (fp32 or bf16 instead of fp16), subtract the max before exp, "
+                "or rescale its inputs; golden's values show how large they get.")
+    d.path_of_divergence = _path(graph, t.order, node, noise)
+    d.candidates = [_cand_json(graph, 1, node, None, math.inf, reason)] + [
+        _cand_json(graph, i + 2, n, ev, j, None) for i, (n, ev, j) in enumerate(sorted(cands, key=lambda c: -c[2])[:9])]
+
+
+def _fault(graph: Graph, noise: Noise, d: Diagnosis, cands, pick: int, replayable: bool) -> None:
+    node, ev, jump = cands[pick]
+    t = graph.tensors[ev.tensor]
+    inh_units = max((units(s) or 0.0 for s in graph.known_sources(t)), default=0.0)
+    reason = _reason(graph, t, ev.how, node, inh_units)
+    main = _main_output(graph, node, t, noise)
+    d.verdict = "fault"
+    d.culprit = {**node_info(graph, node), "golden": main.golden.name if main.golden else None,
+                 "target": main.target.name if main.target else None, "reason": reason, "how": ev.how,
+                 "evidence_record": t.target.name if t.target else None, "score": _num(jump)}
+    d.summary = f"{node.module or '<root>'} ({node.op}) is the culprit: {reason}"
+    d.evidence = _node_evidence(graph, node, t)
+    d.advice = _advice(node, ev.how, replayable)
+    missing = _golden_only_inside(graph, node)
+    if missing:
+        d.culprit["golden_only_calls"] = missing
+        d.advice = (f"Golden runs {len(missing)} call(s) inside it that the target does not "
+                    f"({', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}): the target computes this "
+                    "module another way (a fused or patched implementation); compare that code with golden's. "
+                    + d.advice).strip()
+    d.advice = d.advice or "Compare this op's implementation and settings (arguments, dtype) with golden's."
+    d.path_of_divergence = _path(graph, t.order, node, noise)
+    ranked = [cands[pick]] + sorted((c for i, c in enumerate(cands) if i != pick), key=lambda c: -c[2])
+    d.candidates = [_cand_json(graph, i + 1, n, e, j, None) for i, (n, e, j) in enumerate(ranked[:10])]
+
+
+def _drift_or_pass(graph: Graph, noise: Noise, d: Diagnosis) -> None:
     out_errs = _output_errors(graph)
     worst = max(out_errs, key=lambda x: x[1], default=None)
     growth = worst[1] / noise.run_unit if worst is not None else 0.0
@@ -303,14 +314,12 @@ def decide(graph: Graph, noise: Noise, events: list[Event], overflow: Overflow |
         d.advice = ("Expected when the target runs in lower precision: keep sensitive ops (norms, softmax, "
                     "reductions, residual adds) in fp32, or judge the result with a tolerance for "
                     f"{noise.run_dtype}. The ops above add the most error.")
-        return d
-
+        return
     d.verdict = "pass"
     d.summary = ("target agrees with golden everywhere within the noise of the comparison"
                  + (f" ({noise.run_dtype} rounding)" if noise.run_dtype != "float32" else ""))
     d.evidence = {"output": [tensor_info(graph, t) for t, _ in out_errs[:4]]}
     d.advice = "Nothing to fix."
-    return d
 
 
 def _golden_only_inside(graph: Graph, node: Node) -> list[str]:
