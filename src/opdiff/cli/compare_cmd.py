@@ -65,7 +65,8 @@ def _prepare_out(out: Path, force: bool) -> None:
 @click.option("--allow-partial", is_flag=True, help="Compare an incomplete (cut-off) dump up to where it stops.")
 @click.option("--allow-unmatched", is_flag=True, help="Records without a counterpart do not fail the comparison.")
 @click.option("--force", is_flag=True, help="Write into an existing non-empty output directory.")
-@click.option("--format", "formats", default="csv,xlsx,json", show_default=True, help="Report formats, comma-separated.")
+@click.option("--format", "formats", default="csv,xlsx,json", show_default=True,
+              help=f"Report formats, comma-separated, from: {', '.join(FORMATS)}.")
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Worst pairs to print.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pass_if, warn_if, workers, rank, step,
