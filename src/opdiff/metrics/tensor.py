@@ -21,8 +21,8 @@ from ..errors import DumpError
 from ..store.format import dtype_name, numpy_dtype
 from . import kernel as K
 from . import names as M
+from .names import ERR_MESSAGE  # re-exported: the key of a metrics dict that carries the reasons
 
-from .names import ERR_MESSAGE  # noqa: E402  (re-exported)
 CHUNK_ELEMENTS = 1 << 20  # elements read per side at a time (4 MB of fp32)
 BLOCK_ELEMENTS = 1 << 13  # elements the kernel folds at a time: its scratch stays in L1/L2
 FAULT_AROUND = max(mmap.PAGESIZE, 64 << 10)  # Linux's default fault_around_bytes
