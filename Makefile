@@ -28,6 +28,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/capture_bench.py
 	$(PY) bench/compare_bench.py
+	$(PY) bench/diagnose_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
