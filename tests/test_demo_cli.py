@@ -28,7 +28,7 @@ def test_demo_end_to_end(tmp_path):
     # the secret is revealed only after the diagnosis
     assert text.index("verdict:") < text.index("injected:")
     assert "diagnosis found it" in text
-    for name in ("compare.csv", "compare.xlsx", "compare.json", "diagnosis.json"):
+    for name in ("compare.csv", "compare.xlsx", "compare.json", "diagnosis.json", "report.html"):
         assert (out / name).stat().st_size > 0
         assert str(out / name) in text
     diag = json.loads((out / "diagnosis.json").read_text())

@@ -85,7 +85,7 @@ def run_demo(out: str | Path = "opdiff-demo", *, model: str = "gpt2", level: str
     from .compare import compare
     from .diagnose import diagnose
     from .diagnose.report import render, write_json
-    from .report import WRITERS, print_summary
+    from .report import WRITERS, print_summary, write_html
     from .store import load
 
     c = console or Console()
@@ -123,7 +123,8 @@ def run_demo(out: str | Path = "opdiff-demo", *, model: str = "gpt2", level: str
     c.rule("diagnosis")
     render(d, c, golden=str(out / "golden"), target=str(out / "target"))
     write_json(d, out / "diagnosis.json")
-    reports.append(str(out / "diagnosis.json"))
+    write_html(cmp, out / "report.html", diagnosis=d, title=f"opdiff demo: {model} at {level} level")
+    reports += [str(out / "diagnosis.json"), str(out / "report.html")]
 
     culprit = d.culprit["module"] if d.culprit else None
     found = d.verdict in inj.verdicts and (inj.module is None or culprit == inj.module)
