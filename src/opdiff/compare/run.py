@@ -328,7 +328,7 @@ def compare(
     workers = max(1, workers or default_workers())
     total = sum(nb for _, nb in work)
     done = 0
-    report = _progress(progress, total)
+    report = _progress(progress, total, len(work))
     local = threading.local()
     spaces: list[Workspace] = []
 
@@ -371,11 +371,12 @@ def compare(
                       tensor_bytes=total, workers=workers)
 
 
-def _progress(progress: bool | Callable[[int, int], None], total: int) -> Callable[[int | None], None]:
-    """A done-bytes callback: a rich bar on stderr, the caller's callback, or nothing."""
+def _progress(progress: bool | Callable[[int, int], None], total: int, pairs: int) -> Callable[[int | None], None]:
+    """A done-bytes callback: a rich bar on stderr (runs long enough to need one), the caller's
+    callback, or nothing."""
     if callable(progress):
         return lambda done: None if done is None else progress(done, total)
-    if not progress or total < (256 << 20):
+    if not progress or (total < (256 << 20) and pairs < 10_000):
         return lambda done: None
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
