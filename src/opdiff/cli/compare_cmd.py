@@ -25,11 +25,12 @@ def _formats(text: str) -> list[str]:
     return list(dict.fromkeys(fmts))
 
 
-def _open(path: str, rank: int | None, step: int | None, allow_partial: bool) -> Dump:
+def open_dump(path: str, rank: int | None, step: int | None, allow_partial: bool, verb: str = "compare") -> Dump:
+    """A dump part for a command; an incomplete (cut-off) one only with --allow-partial."""
     d = load(path, rank=rank, step=step)
     if not d.complete and not allow_partial:
         why = d.problems[0] if d.problems else f"{d.root}: capture did not finish"
-        raise DumpError(f"{why} — the dump is incomplete; use --allow-partial to compare up to where it stops")
+        raise DumpError(f"{why} — the dump is incomplete; use --allow-partial to {verb} up to where it stops")
     return d
 
 
@@ -87,8 +88,8 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     if pass_if:
         th = with_rules(th, [parse_expr(e) for e in pass_if], [parse_expr(e) for e in warn_if])
     mapping = load_mapping(map_file) if map_file else None
-    g = _open(golden, rank, step, allow_partial)
-    t = _open(target, rank, step, allow_partial)
+    g = open_dump(golden, rank, step, allow_partial)
+    t = open_dump(target, rank, step, allow_partial)
     out_dir = Path(out)
     _prepare_out(out_dir, force)
     from ..compare.run import compare  # the kernels load only once the input is known to be good
