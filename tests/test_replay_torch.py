@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from opdiff import faults, load, zoo  # noqa: E402
+from opdiff import faults, load  # noqa: E402
 from opdiff.capture import capture  # noqa: E402
 from opdiff.errors import OpdiffError  # noqa: E402
 from opdiff.replay import find_node, replay  # noqa: E402

@@ -336,7 +336,6 @@ def _dropout_on(model, inputs, block):
 
 
 def _linear_fp16(model, inputs, block):
-    import torch
 
     path, lin = _mlp_linear(model, block)
     lin.forward = lambda x: _linear_math(lin, x.half(), lin.weight.half()).float() if lin.bias is None else \

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import DumpError, OpdiffError
-from ..store.reader import Dump, load
+from ..errors import OpdiffError
+from .common import open_dump
 
 FORMATS = ("csv", "xlsx", "json", "html")
 REPORT_STEM = "compare"
@@ -23,15 +23,6 @@ def _formats(text: str) -> list[str]:
     if bad or not fmts:
         raise OpdiffError(f"--format: unknown format(s) {', '.join(bad) or '(none)'} (choose from {', '.join(FORMATS)})")
     return list(dict.fromkeys(fmts))
-
-
-def open_dump(path: str, rank: int | None, step: int | None, allow_partial: bool, verb: str = "compare") -> Dump:
-    """A dump part for a command; an incomplete (cut-off) one only with --allow-partial."""
-    d = load(path, rank=rank, step=step)
-    if not d.complete and not allow_partial:
-        why = d.problems[0] if d.problems else f"{d.root}: capture did not finish"
-        raise DumpError(f"{why} — the dump is incomplete; use --allow-partial to {verb} up to where it stops")
-    return d
 
 
 def _prepare_out(out: Path, force: bool) -> None:

@@ -12,19 +12,10 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ..errors import DumpError, OpdiffError
-from ..store.reader import Dump, load
+from ..errors import OpdiffError
+from .common import open_dump
 
 LEVELS = ("module", "api", "aten")
-
-
-def open_dump(path: str, rank: int | None, step: int | None, allow_partial: bool) -> Dump:
-    """A dump part; an incomplete one only with --allow-partial."""
-    d = load(path, rank=rank, step=step)
-    if not d.complete and not allow_partial:
-        why = d.problems[0] if d.problems else f"{d.root}: capture did not finish"
-        raise DumpError(f"{why} — the dump is incomplete; use --allow-partial to diagnose up to where it stops")
-    return d
 
 
 def _out_file(path: str | None, force: bool) -> Path | None:
@@ -64,8 +55,8 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, level, rank, ste
 
     out_path = _out_file(out, force)
     mapping = load_mapping(map_file) if map_file else None
-    g = open_dump(golden, rank, step, allow_partial)
-    t = open_dump(target, rank, step, allow_partial)
+    g = open_dump(golden, rank, step, allow_partial, "diagnose")
+    t = open_dump(target, rank, step, allow_partial, "diagnose")
     d = diagnose(g, t, mapping=mapping, replay=replay, level=level, workers=workers)
     if out_path is not None:
         write_json(d, out_path)
@@ -97,8 +88,8 @@ def replay_cmd(golden, target, op, golden_op, as_json, rank, step, allow_partial
     from ..diagnose.report import fmt
     from ..replay import replay
 
-    g = open_dump(golden, rank, step, allow_partial)
-    t = open_dump(target, rank, step, allow_partial)
+    g = open_dump(golden, rank, step, allow_partial, "diagnose")
+    t = open_dump(target, rank, step, allow_partial, "diagnose")
     res = replay(g, t, op, golden_node=golden_op)
     if as_json:
         click.echo(json.dumps(res.to_json(), indent=2, default=str))
