@@ -85,5 +85,17 @@ class AtenMode(TorchDispatchMode):
                  source=user_source() if s.source and direction == "forward" else None, extra=extra)
         record_inputs(s, c, args, kwargs, base_op=func._schema.name.removeprefix("aten::"))
         out = func(*args, **kwargs)
+        if not func._schema.is_mutable:
+            record_outputs(s, c, out, grad_hooks=False)
+            return out
+        # In-place and out= ops: autograd bumps the mutated tensors' version counters only after
+        # this mode returns, so forget what was recorded for them before recording the outputs, and
+        # expect the bump afterwards so that later ops still link to these outputs.
+        outs = [t for t in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(t, torch.Tensor)]
+        for t in (*args, *kwargs.values(), *outs):
+            if isinstance(t, torch.Tensor):
+                s.recorder.forget(t)
         record_outputs(s, c, out, grad_hooks=False)
+        for t in outs:
+            s.recorder.expect_bump(t)
         return out

@@ -84,6 +84,20 @@ class Recorder:
             return e
         return None
 
+    def forget(self, t: torch.Tensor) -> None:
+        """Drop what was recorded for `t` (its data changed in place): the next record measures it anew."""
+        e = self._seen.get(id(t))
+        if e is not None and e.ref() is t:
+            del self._seen[id(t)]
+        if t.numel() >= BLOCK_CACHE_MIN and dense_flat(t) is not None:
+            self._blocks.pop((t.data_ptr(), t.numel(), t.dtype, t.device), None)
+
+    def expect_bump(self, t: torch.Tensor) -> None:
+        """`t` was just recorded inside an in-place op whose version bump comes after: match the bumped version."""
+        e = self._seen.get(id(t))
+        if e is not None and e.ref() is t and e.version is not None:
+            e.version += 1
+
     def link_view(self, views: Any, base: torch.Tensor) -> None:
         """Views made by a skipped op (one tensor, or a list from split/unbind): their producer is their base's."""
         e = self.lookup(base)
