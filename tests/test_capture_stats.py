@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -89,3 +90,16 @@ def test_unsupported_tensors_are_skipped_not_fatal():
     assert dtype_name(torch.zeros(3, dtype=torch.complex64)) is None
     assert dtype_name(torch.zeros(3).to_sparse()) is None
     assert dtype_name(torch.zeros(3, device="meta")) is None
+
+
+def test_a_forked_child_measures_large_tensors():
+    x = np.arange(10 * CHUNK, dtype=np.float32)
+    assert array_stats(x, "float32").max == 10 * CHUNK - 1  # the parent's worker threads exist now
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child must not wait for threads it does not have
+        os.write(w, repr(array_stats(x, "float32").max).encode())
+        os._exit(0)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0 and os.read(r, 100) == repr(float(10 * CHUNK - 1)).encode()

@@ -176,6 +176,15 @@ MIN_CHUNKS_PER_WORKER = 4  # below this a tensor is measured on the calling thre
 _pool: ThreadPoolExecutor | None = None
 
 
+def _forget_pool() -> None:
+    global _pool
+    _pool = None  # a forked child has none of the parent's threads: it starts its own pool
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _run(x, bits, table):
     """The kernel over all chunks, split among WORKERS threads; totals taken in chunk order."""
     global _pool
