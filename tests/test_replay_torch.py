@@ -82,3 +82,23 @@ def test_call_line_decoding_and_tensor_round_trip():
         decode({"object": "transformers.cache_utils.DynamicCache"}, lambda n: n)
     diffs = arg_differences({"args": [{"tensor": "g"}, 1e-5]}, {"args": [{"tensor": "t"}, 1e-4]})
     assert diffs == [{"arg": "args[1]", "golden": 1e-5, "target": 1e-4}]
+
+
+def test_replay_of_an_indexing_op_with_a_tuple_index(tmp_path):
+    """Call lines keep indexing tuples as {"tuple": [...]}: replay must rebuild them as tuples."""
+    import torch
+
+    class Slice(torch.nn.Module):
+        def forward(self, x):
+            return x[:, 1:3] * 2
+
+    m, x = Slice(), torch.randn(4, 5)
+    for name in ("g", "t"):
+        with capture(m, tmp_path / name, level="api", mode="tensor"):
+            m(x)
+    t = load(tmp_path / "t")
+    node = next(c["node"] for c in t.calls if c["op"] == "torch.Tensor.__getitem__")
+    r = replay(load(tmp_path / "g"), t, node)
+    assert r.status == "ok", r.reason
+    assert r.outputs[0]["shape"] == [4, 2]
+    assert r.outputs[0]["replay_vs_golden"]["MaxAbsErr"] == 0.0

@@ -99,6 +99,8 @@ def decode(obj: Any, tensor):
         return Ellipsis
     if "complex" in obj:
         return complex(*obj["complex"])
+    if "tuple" in obj:  # indexing tuples: torch reads a list index differently
+        return tuple(decode(v, tensor) for v in obj["tuple"])
     if "dict" in obj:
         return {k: decode(v, tensor) for k, v in obj["dict"].items()}
     raise Unsupported(f"an argument is an object opdiff does not record ({obj.get('object', obj)})")
