@@ -8,6 +8,7 @@ import torch
 
 from opdiff import zoo
 from opdiff.capture.torch.naming import flatten, flatten_call
+from opdiff.replay.torch_replay import decode as replay_decode
 from opdiff.store.format import node_name
 
 MODELS = ("gpt2", "llama", "bert", "vit", "t5", "resnet")
@@ -113,28 +114,11 @@ def resolve(op: str, level: str):
 
 
 def decode(obj, tensor):
-    """A call line's JSON argument back to Python (docs/format.md, "Call lines")."""
-    if isinstance(obj, list):
-        return [decode(v, tensor) for v in obj]
-    if isinstance(obj, str) and obj.startswith("torch.") and hasattr(torch, obj[6:]):
-        return getattr(torch, obj[6:])
-    if not isinstance(obj, dict):
-        return obj
-    if "tensor" in obj:
-        return tensor(obj["tensor"]) if obj["tensor"] else torch.zeros(obj["shape"], dtype=getattr(torch, obj["dtype"]))
-    if "dtype" in obj:
-        return getattr(torch, obj["dtype"])
-    if "float" in obj:
-        return float(obj["float"])
-    if "slice" in obj:
-        return slice(*(decode(v, tensor) for v in obj["slice"]))
-    if "ellipsis" in obj:
-        return Ellipsis
-    if "tuple" in obj:
-        return tuple(decode(v, tensor) for v in obj["tuple"])
-    if "dict" in obj:
-        return {k: decode(v, tensor) for k, v in obj["dict"].items()}
-    raise ValueError(f"not replayable: {obj}")
+    """A call line's JSON argument back to Python, with replay's decoder (docs/format.md, "Call lines").
+
+    Unrecorded tensors (allocations of undefined content) become zeros of their shape and dtype.
+    """
+    return replay_decode(obj, tensor, missing=lambda o: torch.zeros(o["shape"], dtype=getattr(torch, o["dtype"])))
 
 
 def from_dump(dump, name: str) -> torch.Tensor:

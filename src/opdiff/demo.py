@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 
 from .errors import OpdiffError
+from .outdir import claim_dir
 
 # what the demo may secretly inject: real faults mostly, sometimes a benign change or other inputs
 DEMO_FAULTS = ("norm_eps", "activation", "weight_row", "attention_scale", "softmax_fp16", "linear_bf16_input",
@@ -42,18 +43,13 @@ class DemoResult:
 
 def prepare_out(out: Path, force: bool) -> None:
     """An empty output directory; with `force`, the demo's own earlier outputs are replaced (nothing else)."""
-    if out.exists():
-        if not out.is_dir():
-            raise OpdiffError(f"{out}: exists and is not a directory")
-        if any(out.iterdir()):
-            if not force:
-                raise OpdiffError(f"{out}: output directory exists and is not empty (use --force to replace the demo's outputs)")
-            for name in OUTPUTS:
-                p = out / name
-                if p.is_dir():
-                    shutil.rmtree(p)
-                elif p.exists():
-                    p.unlink()
+    if claim_dir(out, force, hint="use --force to replace the demo's outputs"):
+        for name in OUTPUTS:
+            p = out / name
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
     out.mkdir(parents=True, exist_ok=True)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from ..errors import OpdiffError
+from ..outdir import claim_dir
 from .common import open_dump
 
 FORMATS = ("csv", "xlsx", "json", "html")
@@ -26,11 +27,7 @@ def _formats(text: str) -> list[str]:
 
 
 def _prepare_out(out: Path, force: bool) -> None:
-    if out.exists():
-        if not out.is_dir():
-            raise OpdiffError(f"{out}: exists and is not a directory")
-        if any(out.iterdir()) and not force:
-            raise OpdiffError(f"{out}: output directory exists and is not empty (use --force to write into it)")
+    claim_dir(out, force, hint="use --force to write into it")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

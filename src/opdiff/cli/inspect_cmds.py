@@ -8,7 +8,7 @@ from rich.table import Table
 
 from ..errors import DumpError
 from ..store import load
-from ..store.format import Record
+from ..store.format import Record, numpy_dtype
 
 
 def fmt_num(x: float | int | None) -> str:
@@ -93,8 +93,6 @@ def info_cmd(dump):
         for r in part.records:
             counts[f"{r.level}/{r.direction}/{r.role}"] = counts.get(f"{r.level}/{r.direction}/{r.role}", 0) + 1
             if r.data is not None:
-                from ..store.format import numpy_dtype
-
                 nbytes += r.numel * numpy_dtype(r.dtype).itemsize
         nodes = len({r.node for r in part.records})
         console.print(f"[bold]rank {rank} step {step}[/]: {len(part.records)} records, {nodes} op calls, "

@@ -77,33 +77,43 @@ def resolve(op: str, level: str):
     return obj
 
 
-def decode(obj: Any, tensor):
-    """A call line's JSON argument back to a Python value (tensors through `tensor(name)`)."""
-    if isinstance(obj, list):
-        return [decode(v, tensor) for v in obj]
-    if isinstance(obj, str) and obj.startswith("torch.") and hasattr(torch, obj[6:]):
-        return getattr(torch, obj[6:])  # layouts and memory formats
-    if not isinstance(obj, dict):
-        return obj
-    if "tensor" in obj:
-        if obj["tensor"] is None:
-            raise Unsupported("an input tensor was not recorded")
-        return tensor(obj["tensor"])
-    if "dtype" in obj:
-        return getattr(torch, obj["dtype"])
-    if "float" in obj:
-        return float(obj["float"])
-    if "slice" in obj:
-        return slice(*(decode(v, tensor) for v in obj["slice"]))
-    if "ellipsis" in obj:
-        return Ellipsis
-    if "complex" in obj:
-        return complex(*obj["complex"])
-    if "tuple" in obj:  # indexing tuples: torch reads a list index differently
-        return tuple(decode(v, tensor) for v in obj["tuple"])
-    if "dict" in obj:
-        return {k: decode(v, tensor) for k, v in obj["dict"].items()}
-    raise Unsupported(f"an argument is an object opdiff does not record ({obj.get('object', obj)})")
+def decode(obj: Any, tensor, missing=None):
+    """A call line's JSON argument back to a Python value (tensors through `tensor(name)`).
+
+    A tensor the capture did not record (an allocation of undefined content) goes to
+    `missing(placeholder)`; without it, replay cannot proceed.
+    """
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, list):
+            return [walk(v) for v in o]
+        if isinstance(o, str) and o.startswith("torch.") and hasattr(torch, o[6:]):
+            return getattr(torch, o[6:])  # layouts and memory formats
+        if not isinstance(o, dict):
+            return o
+        if "tensor" in o:
+            if o["tensor"] is not None:
+                return tensor(o["tensor"])
+            if missing is None:
+                raise Unsupported("an input tensor was not recorded")
+            return missing(o)
+        if "dtype" in o:
+            return getattr(torch, o["dtype"])
+        if "float" in o:
+            return float(o["float"])
+        if "slice" in o:
+            return slice(*(walk(v) for v in o["slice"]))
+        if "ellipsis" in o:
+            return Ellipsis
+        if "complex" in o:
+            return complex(*o["complex"])
+        if "tuple" in o:  # indexing tuples: torch reads a list index differently
+            return tuple(walk(v) for v in o["tuple"])
+        if "dict" in o:
+            return {k: walk(v) for k, v in o["dict"].items()}
+        raise Unsupported(f"an argument is an object opdiff does not record ({o.get('object', o)})")
+
+    return walk(obj)
 
 
 def arg_differences(g: Any, t: Any, path: str = "") -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import DumpError
+from ..outdir import claim_dir
 from .format import (
     DTYPES,
     FORMAT_NAME,
@@ -43,15 +44,10 @@ DEFAULT_FLUSH_RECORDS = 512
 def prepare_run_dir(path: str | os.PathLike, overwrite: bool) -> Path:
     """Create an empty run directory; refuse an existing non-empty one unless `overwrite`."""
     root = Path(path)
-    if root.exists():
-        if not root.is_dir():
-            raise DumpError(f"{root}: exists and is not a directory")
-        if any(root.iterdir()):
-            if not overwrite:
-                raise DumpError(f"{root}: directory exists and is not empty (use --force / overwrite=True)")
-            if not (root / META_FILE).exists():
-                raise DumpError(f"{root}: refusing to overwrite a directory that is not an opdiff dump")
-            shutil.rmtree(root)
+    if claim_dir(root, overwrite, noun="directory", hint="use --force / overwrite=True", error=DumpError):
+        if not (root / META_FILE).exists():
+            raise DumpError(f"{root}: refusing to overwrite a directory that is not an opdiff dump")
+        shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     return root
 
