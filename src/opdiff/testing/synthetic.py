@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from ..base.record import Record
-from ..store.format import dtype_name, node_name, record_name
+from ..store.format import dtype_name
+from ..store.names import node_name, record_name
 from ..store.stats import content_hash, tensor_stats
 from ..store.writer import DumpWriter
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ...base.errors import OpdiffError
-from ...store.format import node_name
+from ...store.names import node_name
 from ...store.writer import DumpWriter
 from . import module_hooks
 from .api_mode import ApiMode

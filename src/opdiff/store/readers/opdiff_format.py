@@ -23,6 +23,7 @@ from ..format import (
     SAFETENSORS_TO_NAME,
     part_dir,
 )
+from ..names import KIND_CALL, KIND_TENSOR, is_call_line, line_kind
 from ..source import Dump, TensorSpan
 
 _PART_RE = re.compile(r"^rank(\d+)$")
@@ -147,7 +148,7 @@ def _read_index(index_path: Path) -> tuple[list[Record], list[str]]:
             continue
         try:
             obj = json.loads(line)
-            if obj.get("kind", "tensor") != "tensor":
+            if line_kind(obj) != KIND_TENSOR:
                 continue  # other line kinds (e.g. call descriptions) are read by who needs them
             records.append(Record.from_json(obj))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -175,11 +176,13 @@ class OpdiffDump(Dump):
         out = []
         with open(self.dir / INDEX_FILE, "rb") as f:
             for line in f:
-                if b'"kind":"call"' in line or b'"kind": "call"' in line:
+                if is_call_line(line):
                     try:
-                        out.append(json.loads(line))
+                        obj = json.loads(line)
                     except ValueError:
                         continue
+                    if isinstance(obj, dict) and line_kind(obj) == KIND_CALL:
+                        out.append(obj)
         return out
 
     def header(self, rel: str) -> ShardHeader:
