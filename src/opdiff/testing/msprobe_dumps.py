@@ -7,6 +7,7 @@ opdiff's own capture runs the very same model.
 
     python msprobe_dumps.py OUT --task tensor --level L1 [--dtype bfloat16] [--fault-layer 1]
                                 [--backward] [--steps 2] [--ranks 2] [--summary md5]
+    python msprobe_dumps.py --jobs JOBS.json     (a list of such argument lists, one process)
 """
 
 from __future__ import annotations
@@ -35,21 +36,18 @@ def _zoo():
 
 
 def build_model(dtype: str = "float32", fault_layer: int | None = None, seed: int = 0, **sizes: int):
-    """GPT-2 with exact GELU in every block; `fault_layer`'s GELU uses the tanh approximation.
+    """GPT-2 with exact GELU (nn.GELU) in every block; `fault_layer`'s GELU uses the tanh approximation.
 
     Returns (model, inputs); the same arguments give bitwise the same model and inputs.
     """
     import torch
-    import torch.nn.functional as F
-    from transformers.activations import GELUActivation
 
     kw = dict(layers=LAYERS, width=WIDTH, heads=HEADS, seq=SEQ, batch=BATCH, vocab=VOCAB)
     kw.update(sizes)
     model, inputs = _zoo().gpt2(seed=seed, **kw)
     for i, block in enumerate(model.transformer.h):
-        block.mlp.act = GELUActivation()  # calls torch.nn.functional.gelu (exact)
-        if i == fault_layer:
-            block.mlp.act.forward = lambda x: F.gelu(x, approximate="tanh")
+        # nn.GELU looks F.gelu up at call time, so msprobe's wrapper (and opdiff's API capture) see it
+        block.mlp.act = torch.nn.GELU(approximate="tanh" if i == fault_layer else "none")
     model = model.to(getattr(torch, dtype))
     return model, inputs
 
@@ -83,7 +81,8 @@ def dump(args: argparse.Namespace, rank: int | None = None) -> None:
     from msprobe.pytorch import PrecisionDebugger
 
     torch.manual_seed(0)
-    model, inputs = build_model(args.dtype, args.fault_layer, seed=args.seed + (rank or 0))
+    model, inputs = build_model(args.dtype, args.fault_layer, seed=args.seed + (rank or 0),
+                                width=args.width, layers=args.layers, seq=args.seq)
     debugger = PrecisionDebugger(config_path=str(args.config))
     for _ in range(args.steps):
         debugger.start(model)
@@ -106,7 +105,7 @@ def _rank_main(rank: int, args: argparse.Namespace) -> None:
         dist.destroy_process_group()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path)
     p.add_argument("--task", choices=("tensor", "statistics"), default="tensor")
@@ -119,15 +118,47 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ranks", type=int, default=0, help="run N gloo ranks (0: no torch.distributed)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--port", type=int, default=29531)
-    args = p.parse_args(argv)
+    p.add_argument("--width", type=int, default=WIDTH)
+    p.add_argument("--layers", type=int, default=LAYERS)
+    p.add_argument("--seq", type=int, default=SEQ)
+    return p
+
+
+def run_job(argv: list[str]) -> None:
+    """One dump, in a forked child: msprobe's debugger is a per-process singleton."""
+    args = parser().parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     args.config = write_config(args.out, args.task, args.level, args.summary)
     if args.ranks:
         import torch.multiprocessing as mp
 
-        mp.spawn(_rank_main, args=(args,), nprocs=args.ranks, join=True)
+        mp.start_processes(_rank_main, args=(args,), nprocs=args.ranks, join=True, start_method="fork")
     else:
         dump(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One dump from the command line, or several (`--jobs FILE`: a JSON list of argument lists).
+
+    Several jobs share one interpreter's imports (torch, transformers, msprobe): each runs in a fork.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] != ["--jobs"]:
+        run_job(argv)
+        return 0
+    import multiprocessing
+
+    import msprobe.pytorch  # noqa: F401  imported once here, before the forks
+    import transformers  # noqa: F401
+
+    ctx = multiprocessing.get_context("fork")
+    for job in json.loads(Path(argv[1]).read_text()):
+        proc = ctx.Process(target=run_job, args=(job,))
+        proc.start()
+        proc.join()
+        if proc.exitcode:
+            print(f"msprobe_dumps: job {job} failed (exit {proc.exitcode})", file=sys.stderr)
+            return 1
     return 0
 
 
