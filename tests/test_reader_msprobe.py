@@ -7,7 +7,6 @@ import csv
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -150,3 +149,54 @@ def test_metrics_equal_msprobe_compare(dumps, tmp_path):
     assert checked > 400
     gelu = [r for r in rows if r["NPU Name"] == "Functional.gelu.1.forward.output.0"]
     assert gelu and float(gelu[0]["MaxAbsErr"]) > 0
+
+
+# -- through opdiff.load / compare / diagnose ---------------------------------------------------
+
+def test_load_any_level_of_the_layout(dumps):
+    import opdiff
+
+    root = dumps["ranks"]
+    assert opdiff.load(root).parts == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    d = opdiff.load(root / "step1")
+    assert (d.rank, d.step, d.format) == (0, 1, "msprobe")
+    d = opdiff.load(root / "step1" / "rank1")
+    assert (d.rank, d.step) == (1, 1) and d.with_part(0, 0).step == 0
+    # two single-process runs (proc{pid}, different pids) pair as rank 0
+    a, b = opdiff.load(dumps["mix_bf16"]), opdiff.load(dumps["mix_bf16_again"])
+    assert (a.rank, b.rank) == (0, 0) and [r.name for r in a] == [r.name for r in b]
+
+
+def test_compare_and_diagnose_name_the_gelu(dumps):
+    """Everything before layer 1's GELU is bitwise equal; diagnose names the gelu call itself."""
+    import opdiff
+    from opdiff import diagnose
+    from opdiff.compare import compare
+
+    g, t = opdiff.load(dumps["l1_golden"]), opdiff.load(dumps["l1_target"])
+    c = compare(g, t)
+    by_name = {r.name: r for r in c.results}
+    first_bad = next(r.name for r in c.results if r.result != "PASS" and r.name.endswith("/forward/output/0"))
+    assert first_bad == "torch.nn.functional.gelu#1/forward/output/0"
+    assert by_name["torch.nn.functional.gelu#0/forward/output/0"].result == "PASS"
+    d = diagnose.diagnose(g, t)
+    assert d.verdict == "fault" and d.culprit["op"] == "torch.nn.functional.gelu" and d.culprit["node"].endswith("#1")
+
+
+def test_missing_tensor_file_is_na_rest_runs(dumps, tmp_path):
+    import shutil
+
+    import opdiff
+    from opdiff.compare import compare
+
+    t = tmp_path / "t"
+    shutil.copytree(dumps["l1_golden"], t)
+    victim = next((part_dir(t) / "dump_tensor_data").glob("Functional.gelu.0.forward.output.0.pt"))
+    victim.unlink()
+    target = opdiff.load(t)
+    assert any("missing" in p and victim.name in p for p in target.problems)
+    c = compare(opdiff.load(dumps["l1_golden"]), target)
+    res = {r.name: r for r in c.results}
+    na = res["torch.nn.functional.gelu#0/forward/output/0"]
+    assert na.result != "PASS" and victim.name in na.err_message
+    assert sum(r.result == "PASS" for r in c.results) >= len(c.results) - 1

@@ -47,7 +47,7 @@ def _layout(path: Path) -> tuple[Path, dict[tuple[int, int], Path], int | None, 
         step_m = _STEP_RE.match(path.parent.name)
         if not (step_m and _RANK_RE.match(path.name)):
             return path, {(0, 0): path}, 0, 0
-        root, _, _ = _layout_root(path.parent.parent)
+        root = path.parent.parent
         parts = _scan(root)
         rank = next((r for (r, s), d in parts.items() if d == path), 0)
         return root, parts, rank, int(step_m.group(1))
@@ -115,7 +115,7 @@ class MsprobeDump(Dump):
             return TensorSpan(path=pt.path, offset=pt.byte_offset, dtype=pt.dtype, shape=tuple(pt.shape))
         return pt.array()
 
-    def with_part(self, rank: int, step: int) -> "MsprobeDump":
+    def with_part(self, rank: int, step: int) -> MsprobeDump:
         if (rank, step) not in self._part_dirs:
             have = ", ".join(f"rank {r} step {s}" for r, s in self._part_dirs)
             raise DumpError(f"{self.root}: no msprobe part for rank {rank} step {step} (has {have})")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ...errors import DumpError
 from ..format import DTYPES, Record, Stats, node_name, record_name
@@ -202,6 +203,29 @@ def stack_sources(stack: Any) -> dict[str, str]:
     return out
 
 
+def _fingerprint(r: Record) -> tuple | None:
+    s = r.stats
+    if s is None or s.max is None or s.norm is None:
+        return None
+    return (r.dtype, r.numel, s.max, s.min, s.mean, s.norm)  # numel, not shape: a view keeps the data
+
+
+def link_sources(records: list[Record]) -> None:
+    """Set `src` of forward inputs to the latest earlier forward output with the same dtype, size and
+    statistics: msprobe keeps no dataflow, and diagnose needs it to tell where a difference entered."""
+    last: dict[tuple, str] = {}
+    for r in records:
+        if r.direction != "forward":
+            continue
+        fp = _fingerprint(r)
+        if fp is None:
+            continue
+        if r.role == "input" and fp in last:
+            r.src = last[fp]
+        elif r.role == "output":
+            last[fp] = r.name
+
+
 def read_part(part: Path) -> tuple[list[Record], dict[str, Any], list[str]]:
     """(records in execution order, dump.json's header fields, problems) of one part directory."""
     doc = read_json(part / DUMP_JSON)
@@ -219,5 +243,6 @@ def read_part(part: Path) -> tuple[list[Record], dict[str, Any], list[str]]:
     records = [r for _, r in b.out]
     for idx, r in enumerate(records):
         r.index = idx
+    link_sources(records)
     header = {k: v for k, v in doc.items() if k != "data"}
     return records, header, b.problems

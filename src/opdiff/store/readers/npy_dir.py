@@ -64,7 +64,7 @@ class NpyDump(Dump):
             return np.ascontiguousarray(np.load(path, mmap_mode="r", allow_pickle=False))
         return TensorSpan(path=path, offset=h.offset, dtype=h.dtype, shape=h.shape)
 
-    def with_part(self, rank: int, step: int) -> "NpyDump":
+    def with_part(self, rank: int, step: int) -> NpyDump:
         if (rank, step) != (0, 0):
             raise DumpError(f"{self.root}: a NumPy directory has one part (rank 0 step 0), not rank {rank} step {step}")
         return self
