@@ -12,9 +12,9 @@ from types import ModuleType
 
 from ...base.errors import DumpError
 from ..source import Dump
-from . import opdiff_format
+from . import msprobe, npy_dir, opdiff_format
 
-READERS: tuple[ModuleType, ...] = (opdiff_format,)
+READERS: tuple[ModuleType, ...] = (opdiff_format, msprobe, npy_dir)
 
 
 def reader_names() -> list[str]:
