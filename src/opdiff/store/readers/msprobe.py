@@ -122,7 +122,7 @@ class MsprobeDump(Dump):
         return MsprobeDump(self.root, self._part_dirs, rank, step)
 
 
-def _mode(header: dict, records: list[Record]) -> str:
+def _mode(header: dict[str, Any], records: list[Record]) -> str:
     if header.get("task") == "tensor":
         return "tensor"
     return "hash" if any(r.hash for r in records[:50]) else "stats"

@@ -41,7 +41,7 @@ def _is_leaf(obj: Any) -> bool:
     return isinstance(obj, dict) and "type" in obj
 
 
-def walk(obj: Any, prefix: str) -> Iterator[tuple[str, dict]]:
+def walk(obj: Any, prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """(pos, tensor entry) of every tensor inside msprobe's nested lists/dicts of entries."""
     if _is_leaf(obj):
         if "dtype" in obj and "shape" in obj:
@@ -70,7 +70,7 @@ def _num(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def stats_of(entry: dict, numel: int) -> Stats | None:
+def stats_of(entry: dict[str, Any], numel: int) -> Stats | None:
     """msprobe's Max/Min/Mean/Norm as opdiff Stats; a non-finite Max/Min/Mean counts as one nan/inf (a lower bound)."""
     if not any(k in entry for k in ("Max", "Min", "Mean", "Norm")):
         return None
@@ -83,7 +83,7 @@ def stats_of(entry: dict, numel: int) -> Stats | None:
                  nan=nan, posinf=posinf, neginf=neginf)
 
 
-def hash_of(entry: dict) -> str | None:
+def hash_of(entry: dict[str, Any]) -> str | None:
     """msprobe's `md5` field (a CRC-32 in md5 mode, a 64-bit xor checksum in xor mode) as an opdiff hash."""
     value = entry.get("md5")
     if not isinstance(value, str) or not value:
@@ -94,11 +94,11 @@ def hash_of(entry: dict) -> str | None:
 class _Builder:
     """Turns dump.json entries into Records, numbering calls per (module, op) as opdiff's capture does."""
 
-    def __init__(self, part: Path, construct: dict, stacks: dict[str, str]):
+    def __init__(self, part: Path, construct: dict[str, Any], stacks: dict[str, str]):
         self.part, self.construct, self.stacks = part, construct, stacks
         self.counters: dict[tuple[str, str], int] = defaultdict(int)
         self.nodes: dict[str, tuple[str, str, int]] = {}  # forward key -> (module, op, call)
-        self.out: list[tuple[tuple, Record]] = []
+        self.out: list[tuple[tuple[Any, ...], Record]] = []
         self.out_pos: dict[str, list[str]] = {}  # forward key -> positions of its output tensors
         self.problems: list[str] = []
 
@@ -116,8 +116,8 @@ class _Builder:
             self.nodes[fkey] = got
         return got
 
-    def add(self, order: tuple, name: MsName, node: tuple[str, str, int], level: str, direction: str, role: str,
-            pos: str, entry: dict) -> None:
+    def add(self, order: tuple[Any, ...], name: MsName, node: tuple[str, str, int], level: str, direction: str, role: str,
+            pos: str, entry: dict[str, Any]) -> None:
         module, op, call = node
         dtype = dtype_of(str(entry.get("dtype")))
         if dtype not in DTYPES:
@@ -173,7 +173,7 @@ class _Builder:
         self.out_pos[name.forward_key] = out_pos
 
 
-def first_descendants(keys: list[str], construct: dict) -> dict[str, int]:
+def first_descendants(keys: list[str], construct: dict[str, Any]) -> dict[str, int]:
     """For each module call: the dump.json position of its first descendant (its inputs go before it)."""
     first: dict[str, int] = {}
     for i, key in enumerate(keys):
@@ -203,7 +203,7 @@ def stack_sources(stack: Any) -> dict[str, str]:
     return out
 
 
-def _fingerprint(r: Record) -> tuple | None:
+def _fingerprint(r: Record) -> tuple[Any, ...] | None:
     s = r.stats
     if s is None or s.max is None or s.norm is None:
         return None
@@ -213,7 +213,7 @@ def _fingerprint(r: Record) -> tuple | None:
 def link_sources(records: list[Record]) -> None:
     """Set `src` of forward inputs to the latest earlier forward output with the same dtype, size and
     statistics: msprobe keeps no dataflow, and diagnose needs it to tell where a difference entered."""
-    last: dict[tuple, str] = {}
+    last: dict[tuple[Any, ...], str] = {}
     for r in records:
         if r.direction != "forward":
             continue

@@ -11,6 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,7 @@ class NpyName:
     op: str
     role: str
     pos: str
-    order: tuple
+    order: tuple[Any, ...]
 
 
 def parse_name(rel: Path) -> NpyName:

@@ -17,6 +17,7 @@ import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
@@ -84,22 +85,22 @@ class PtTensor:
         return np.ascontiguousarray(view)
 
 
-def _rebuild_tensor(storage, storage_offset, size, stride, *_rest):
+def _rebuild_tensor(storage: Any, storage_offset: int, size: Any, stride: Any, *_rest: Any) -> tuple[Any, ...]:
     return ("tensor", storage, int(storage_offset), tuple(int(s) for s in size), tuple(int(s) for s in stride))
 
 
-def _rebuild_parameter(data, *_rest):
+def _rebuild_parameter(data: Any, *_rest: Any) -> Any:
     return data
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
     """Admits only the globals a tensor needs; storages become `_Storage` placeholders."""
 
-    def __init__(self, file, path: Path):
+    def __init__(self, file: IO[bytes], path: Path):
         super().__init__(file)
         self._path = path
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_tensor"):
             return _rebuild_tensor
         if module == "torch._utils" and name == "_rebuild_parameter":
@@ -110,7 +111,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
             return collections.OrderedDict
         raise PtError(f"{self._path}: refused to load: the pickle asks for {module}.{name} (not a plain tensor; nothing was run)")
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: Any) -> Any:
         try:
             kind, storage_type, key, _location, numel = pid
         except (TypeError, ValueError):
@@ -131,7 +132,7 @@ def _member_offset(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> in
     fields = _LOCAL_HEADER.unpack(head)
     if fields[0] != b"PK\x03\x04":
         raise PtError(f"{path}: corrupt zip local header for {info.filename}")
-    return info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
+    return int(info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10])
 
 
 def read_pt(path: str | Path) -> PtTensor:
