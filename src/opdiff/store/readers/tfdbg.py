@@ -128,7 +128,7 @@ class _Builder:
 
     def _exec(self, ev: Event) -> None:
         module, level = "", "api"
-        op = function_name(ev.op_type) if ev.graph_id else ev.op_type
+        op = function_name(ev.op_type) if ev.graph_id or ev.op_type.startswith("__inference_") else ev.op_type
         node, call = self.node(module, op)
         source = user_source(self.run, ev.frames)
         extra = {"tf_op_type": ev.op_type} | ({"tf_graph_id": ev.graph_id} if ev.graph_id else {})

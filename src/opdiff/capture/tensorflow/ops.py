@@ -1,0 +1,87 @@
+"""Op-level TensorFlow capture through tfdbg: dump the block's ops, then write them as an opdiff dump.
+
+TensorFlow's debugger instruments graphs when they are traced, so a tf.function traced before the
+capture started runs without instrumentation: only its call (inputs and outputs) is seen. The raw
+tfdbg files go to `<path>/tfdbg` (inside the output directory) and are removed afterwards unless
+`keep_raw`; they are read back with opdiff's own tfdbg reader, so `opdiff import tfdbg` gives the
+same records.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import tensorflow as tf
+
+from ...errors import OpdiffError
+from ...store.format import Record
+from ...store.readers import tfdbg as tfdbg_reader
+
+if TYPE_CHECKING:
+    from .session import TfCaptureSession
+
+DEBUG_MODES = ("FULL_TENSOR", "FULL_HEALTH", "SHAPE")
+RAW_DIR = "tfdbg"
+
+
+def tracing_count(fn: Any) -> int | None:
+    """How often a tf.function was traced so far (None for other callables)."""
+    get = getattr(fn, "experimental_get_tracing_count", None)
+    return get() if callable(get) else None
+
+
+class OpCapture:
+    """Turns tfdbg dumping on for the block and converts its dump when the block ends."""
+
+    def __init__(self, s: "TfCaptureSession"):
+        if s.debug_mode not in DEBUG_MODES:
+            raise OpdiffError(f"opdiff.tf.capture: debug_mode must be one of {', '.join(DEBUG_MODES)}, not {s.debug_mode!r}")
+        if s.mode == "tensor" and s.debug_mode != "FULL_TENSOR":
+            raise OpdiffError(f"opdiff.tf.capture: mode='tensor' needs debug_mode='FULL_TENSOR', not {s.debug_mode!r}")
+        self.s = s
+        self.raw = Path(s.writer.root) / RAW_DIR
+        self.traced_before = tracing_count(s.model)
+
+    def start(self) -> None:
+        tf.debugging.experimental.enable_dump_debug_info(str(self.raw), tensor_debug_mode=self.s.debug_mode,
+                                                         circular_buffer_size=-1)
+
+    def finish(self, write: bool) -> dict[str, Any]:
+        """Stop dumping; write the records (when the block ran through); say what was observed."""
+        tf.debugging.experimental.disable_dump_debug_info()
+        observed: dict[str, Any] = {"tensor_debug_mode": self.s.debug_mode, "raw_dir": RAW_DIR if self.s.keep_raw else None}
+        if self.traced_before:
+            observed["warning"] = ("the tf.function was traced before the capture: its graph is not instrumented, "
+                                   "only its calls are seen")
+        try:
+            if write:
+                dump = tfdbg_reader.open_dump(self.raw)
+                observed.update(self._write(dump))
+        finally:
+            if not self.s.keep_raw:
+                shutil.rmtree(self.raw, ignore_errors=True)
+        return observed
+
+    def _write(self, dump) -> dict[str, Any]:
+        s, w = self.s, self.s.writer
+        w.begin(s.rank, 0)
+        written: dict[str, Record] = {}
+        for rec in dump.records:
+            if not s.wanted(rec.module, rec.op):
+                continue
+            out = Record(**{**rec.__dict__, "index": 0, "data": None})
+            if s.mode == "stats":
+                out.hash = None
+            first = written.get(rec.src) if rec.src else None
+            if first is not None:
+                w.add(out, None, same_data_as=first if s.mode == "tensor" else None)
+            else:
+                out.src = None  # its producer was left out by include/exclude
+                w.add(out, dump.tensor(rec, copy=True) if s.mode == "tensor" else None)
+            written[rec.name] = out
+        s._begun = True
+        return {"graphs": dump.meta.get("graphs", []), "ops": len({r.node for r in dump.records}),
+                "eager_ops": len({r.node for r in dump.records if r.level == "api"}),
+                "skipped_tensors": dump.meta.get("skipped_tensors", 0)}
