@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 from ...errors import OpdiffError
-from ...store.format import Record
+from ...store.export import copy_records
 from ...store.readers import tfdbg as tfdbg_reader
 
 if TYPE_CHECKING:
@@ -65,22 +65,8 @@ class OpCapture:
         return observed
 
     def _write(self, dump) -> dict[str, Any]:
-        s, w = self.s, self.s.writer
-        w.begin(s.rank, 0)
-        written: dict[str, Record] = {}
-        for rec in dump.records:
-            if not s.wanted(rec.module, rec.op):
-                continue
-            out = Record(**{**rec.__dict__, "index": 0, "data": None})
-            if s.mode == "stats":
-                out.hash = None
-            first = written.get(rec.src) if rec.src else None
-            if first is not None:
-                w.add(out, None, same_data_as=first if s.mode == "tensor" else None)
-            else:
-                out.src = None  # its producer was left out by include/exclude
-                w.add(out, dump.tensor(rec, copy=True) if s.mode == "tensor" else None)
-            written[rec.name] = out
+        s = self.s
+        copy_records(dump, s.writer, mode=s.mode, rank=s.rank, keep=lambda r: s.wanted(r.module, r.op))
         s._begun = True
         return {"graphs": dump.meta.get("graphs", []), "ops": len({r.node for r in dump.records}),
                 "eager_ops": len({r.node for r in dump.records if r.level == "api"}),
