@@ -43,6 +43,14 @@ class OpCapture:
         self.s = s
         self.raw = Path(s.writer.root) / RAW_DIR
         self.traced_before = tracing_count(s.model)
+        self.fn = None  # the capture's own tf.function of the model (see TfCaptureSession.__call__)
+        self.calls = 0
+
+    def run(self, *args, **kwargs):
+        if self.fn is None:
+            self.fn = tf.function(getattr(self.s.model, "python_function", self.s.model))
+        self.calls += 1
+        return self.fn(*args, **kwargs)
 
     def start(self) -> None:
         tf.debugging.experimental.enable_dump_debug_info(str(self.raw), tensor_debug_mode=self.s.debug_mode,
@@ -51,8 +59,11 @@ class OpCapture:
     def finish(self, write: bool) -> dict[str, Any]:
         """Stop dumping; write the records (when the block ran through); say what was observed."""
         tf.debugging.experimental.disable_dump_debug_info()
-        observed: dict[str, Any] = {"tensor_debug_mode": self.s.debug_mode, "raw_dir": RAW_DIR if self.s.keep_raw else None}
-        if self.traced_before:
+        self.fn = None  # its graph is instrumented: it must not run again
+        observed: dict[str, Any] = {"tensor_debug_mode": self.s.debug_mode, "raw_dir": RAW_DIR if self.s.keep_raw else None,
+                                    "note": "tfdbg instrumentation keeps grappler from fusing ops: rounding may "
+                                            "differ from an uninstrumented tf.function"}
+        if self.traced_before and not self.calls:
             observed["warning"] = ("the tf.function was traced before the capture: its graph is not instrumented, "
                                    "only its calls are seen")
         try:

@@ -152,6 +152,14 @@ class TfCaptureSession:
                 if exc_type is None:
                     raise
 
+    def __call__(self, *args, **kwargs):
+        """Run the captured model or function. At level "op" it runs as a tf.function of the capture's own,
+        traced (and so instrumented) here and dropped at the end: TensorFlow crashes when a graph
+        instrumented by tfdbg runs after dumping stopped, so no function of the caller's is left so."""
+        if self._ops is None:
+            return self.model(*args, **kwargs)
+        return self._ops.run(*args, **kwargs)
+
     def step(self) -> None:
         """End the current step and start the next (layer level)."""
         if self.writer is None:
