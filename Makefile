@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e ".[torch,onnx,test]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[torch,onnx,tf,test]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 venv: $(STAMP)
