@@ -12,10 +12,10 @@ from tf_helpers import run_opdiff
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-import opdiff  # noqa: E402
-import opdiff.tf  # noqa: E402
-from opdiff.errors import OpdiffError  # noqa: E402
-from opdiff.store.readers import tfdbg  # noqa: E402
+import opdiff
+import opdiff.tf
+from opdiff.base.errors import OpdiffError
+from opdiff.store.readers import tfdbg
 
 
 class Block(keras.layers.Layer):

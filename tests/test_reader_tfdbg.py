@@ -10,12 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tf_helpers import opdiff_inproc, run_opdiff
+from tf_helpers import run_opdiff
 
 tf = pytest.importorskip("tensorflow")
 
-from opdiff.errors import DumpError  # noqa: E402
-from opdiff.store.readers import tfdbg  # noqa: E402
+from opdiff.base.errors import DumpError
+from opdiff.store.readers import tfdbg
+
+
+def _cli(*args: object) -> tuple[int, str, str]:
+    r = run_opdiff(*args)
+    return r.returncode, r.stdout, r.stderr
 
 
 def _fn():
@@ -105,16 +110,25 @@ def test_reading_does_not_import_tensorflow(dumps):
 
 def test_opdiff_load_recognises_a_tfdbg_root(dumps):
     import opdiff
-    from opdiff.store import readers
+    from opdiff.store import Dump, TensorSpan
 
-    if not hasattr(readers, "READERS"):
-        pytest.skip("opdiff.load dispatch (READERS) comes with the contract merge")
     d = opdiff.load(dumps["FULL_TENSOR"])
-    assert d.format == "tfdbg" and "f/MatMul#0/forward/output/0" in d
+    assert isinstance(d, Dump) and d.format == "tfdbg" and "f/MatMul#0/forward/output/0" in d
+    assert d.with_part(0, 0) is d
+    with pytest.raises(DumpError, match="one part"):
+        d.with_part(1, 0)
+    # a tensor_content tensor is a span of the trace file itself; reading it gives TensorFlow's values
+    spans = [(r, d.span(r)) for r in d.records if r.data is not None]
+    on_disk = [(r, s) for r, s in spans if isinstance(s, TensorSpan)]
+    assert on_disk, "no record read in place"
+    for rec, span in on_disk:
+        assert span.path.parent == dumps["FULL_TENSOR"] and span.path.suffix in (".execution", ".graph_execution_traces")
+        raw = np.frombuffer(span.path.read_bytes()[span.offset:span.offset + span.nbytes], dtype=d.tensor(rec).dtype)
+        np.testing.assert_array_equal(raw.reshape(rec.shape), d.tensor(rec))
 
 
-def test_import_writes_an_opdiff_dump_that_compares_equal(dumps, tmp_path, capsys):
-    code, out, err = opdiff_inproc(capsys, "import", "tfdbg", dumps["FULL_TENSOR"], tmp_path / "a")
+def test_import_writes_an_opdiff_dump_that_compares_equal(dumps, tmp_path):
+    code, out, err = _cli("import", "tfdbg", dumps["FULL_TENSOR"], tmp_path / "a")
     assert code == 0, err
     assert "records" in out
     import opdiff
@@ -126,7 +140,9 @@ def test_import_writes_an_opdiff_dump_that_compares_equal(dumps, tmp_path, capsy
     rec = a["f/Relu#0/forward/input/0"]
     assert rec.src == "f/AddV2#0/forward/output/0" and rec.hash == src[rec.name].hash
     np.testing.assert_array_equal(a.tensor(rec), src.tensor(rec.name))
-    code, _, err = opdiff_inproc(capsys, "import", "tfdbg", dumps["FULL_TENSOR"], tmp_path / "b")
+    code, _, err = _cli("import", "tfdbg", dumps["FULL_TENSOR"], tmp_path / "a")
+    assert code == 2 and err.count("\n") == 1 and "--force" in err  # never overwritten silently
+    code, _, err = _cli("import", "tfdbg", dumps["FULL_TENSOR"], tmp_path / "b")
     assert code == 0, err
     r = run_opdiff("compare", tmp_path / "a", tmp_path / "b", "-o", tmp_path / "cmp", "--format", "json")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -146,20 +162,20 @@ def _bad(dumps, tmp_path, drop: str | None = None, garble: str | None = None) ->
 
 
 @pytest.mark.parametrize("drop", ["graphs", "graph_execution_traces", "metadata"])
-def test_missing_file_is_one_line_exit_2(dumps, tmp_path, capsys, drop):
+def test_missing_file_is_one_line_exit_2(dumps, tmp_path, drop):
     bad = _bad(dumps, tmp_path, drop=drop)
-    code, out, err = opdiff_inproc(capsys, "import", "tfdbg", bad, tmp_path / "o")
+    code, out, err = _cli("import", "tfdbg", bad, tmp_path / "o")
     assert code == 2
     assert err.count("\n") == 1 and str(bad) in err and f"*.{drop}" in err
     assert not (tmp_path / "o").exists()
 
 
-def test_garbled_file_and_unreadable_mode_are_one_line_exit_2(dumps, tmp_path, capsys):
+def test_garbled_file_and_unreadable_mode_are_one_line_exit_2(dumps, tmp_path):
     bad = _bad(dumps, tmp_path, garble="graphs")
-    code, _, err = opdiff_inproc(capsys, "import", "tfdbg", bad, tmp_path / "o")
+    code, _, err = _cli("import", "tfdbg", bad, tmp_path / "o")
     assert code == 2 and err.count("\n") == 1 and ".graphs" in err
-    code, _, err = opdiff_inproc(capsys, "import", "tfdbg", dumps["CURT_HEALTH"], tmp_path / "o2")
+    code, _, err = _cli("import", "tfdbg", dumps["CURT_HEALTH"], tmp_path / "o2")
     assert code == 2 and err.count("\n") == 1 and "CURT_HEALTH" in err
     (tmp_path / "empty").mkdir()
-    code, _, err = opdiff_inproc(capsys, "import", "tfdbg", tmp_path / "empty", tmp_path / "o3")
+    code, _, err = _cli("import", "tfdbg", tmp_path / "empty", tmp_path / "o3")
     assert code == 2 and "not a tfdbg dump" in err

@@ -13,10 +13,10 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 torch = pytest.importorskip("torch")
 
-import opdiff  # noqa: E402
-import opdiff.tf  # noqa: E402
+import opdiff
+import opdiff.tf
 
-D, H, O = 16, 32, 8
+D, H, OUT = 16, 32, 8
 MAP = """names:
   "0/Linear#0": "dense_in/Dense#0"
   "1/GELU#0": "act/Activation#0"
@@ -30,14 +30,14 @@ def keras_mlp():
     return keras.Sequential([keras.Input((D,)), keras.layers.Dense(H, name="dense_in"),
                              keras.layers.Activation("gelu", name="act"),
                              keras.layers.LayerNormalization(epsilon=1e-5, name="norm"),
-                             keras.layers.Dense(O, name="dense_out")], name="mlp")
+                             keras.layers.Dense(OUT, name="dense_out")], name="mlp")
 
 
 def torch_mlp(km, approximate: str = "none", eps: float = 1e-5):
     """The same MLP in PyTorch with the Keras weights (Dense kernels are (in, out): transposed)."""
     m = torch.nn.Sequential(torch.nn.Linear(D, H), torch.nn.GELU(approximate=approximate),
-                            torch.nn.LayerNorm(H, eps=eps), torch.nn.Linear(H, O))
-    t = lambda v: torch.from_numpy(np.array(v))  # noqa: E731
+                            torch.nn.LayerNorm(H, eps=eps), torch.nn.Linear(H, OUT))
+    t = lambda v: torch.from_numpy(np.array(v))
     with torch.no_grad():
         for i, name in ((0, "dense_in"), (3, "dense_out")):
             m[i].weight.copy_(t(km.get_layer(name).kernel.numpy().T))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import OpdiffError
-from ..store.export import export_dump
+from ..base.errors import OpdiffError
+from ..store.export import write_as_opdiff
 
 
 @click.group(name="import")
@@ -28,7 +28,7 @@ def import_tfdbg(src: Path, out: Path, force: bool) -> None:
     if not tfdbg.recognise(src):
         raise OpdiffError(f"{src}: not a tfdbg dump root (no *.execution, *.graphs, ... files)")
     dump = tfdbg.open_dump(src)
-    n = export_dump(dump, out, overwrite=force)
+    n = write_as_opdiff(dump, out, force=force)
     click.echo(f"{src} -> {out}: {n} records (tfdbg {', '.join(dump.meta['tensor_debug_mode']) or 'no tensors'})")
 
 

@@ -10,7 +10,8 @@ Calls made while tracing a graph (symbolic tensors) are not recorded: only eager
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .session import TfCaptureSession
@@ -60,7 +61,7 @@ def own_weights(layer) -> list:
     return [w for w in layer.weights if id(w) not in inner]
 
 
-def install(s: "TfCaptureSession") -> list[tuple[Any, bool]]:
+def install(s: TfCaptureSession) -> list[tuple[Any, bool]]:
     """Wrap every layer's `call`; returns (layer, had its own `call` attribute) to undo it."""
     undo = []
     for path, layer in named_layers(s.model):
@@ -83,7 +84,7 @@ def uninstall(undo: list) -> None:
                 pass
 
 
-def _call(s: "TfCaptureSession", path: str, op: str, is_root: bool, original, *args, **kwargs):
+def _call(s: TfCaptureSession, path: str, op: str, is_root: bool, original, *args, **kwargs):
     if not s.recording or s.internal:
         return original(*args, **kwargs)
     import tensorflow as tf

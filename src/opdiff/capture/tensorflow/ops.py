@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from ...errors import OpdiffError
+from ...base.errors import OpdiffError
 from ...store.export import copy_records
 from ...store.readers import tfdbg as tfdbg_reader
 
@@ -35,7 +35,7 @@ def tracing_count(fn: Any) -> int | None:
 class OpCapture:
     """Turns tfdbg dumping on for the block and converts its dump when the block ends."""
 
-    def __init__(self, s: "TfCaptureSession"):
+    def __init__(self, s: TfCaptureSession):
         if s.debug_mode not in DEBUG_MODES:
             raise OpdiffError(f"opdiff.tf.capture: debug_mode must be one of {', '.join(DEBUG_MODES)}, not {s.debug_mode!r}")
         if s.mode == "tensor" and s.debug_mode != "FULL_TENSOR":

@@ -10,8 +10,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from ...errors import OpdiffError
-from ...store.format import Record, node_name, record_name
+from ...base.errors import OpdiffError
+from ...base.record import Record
+from ...store.format import node_name, record_name
 from ...store.writer import DumpWriter
 from . import layers as keras_layers
 from .tensors import dtype_name, is_eager, measure
@@ -113,7 +114,7 @@ class TfCaptureSession:
         }
 
     # -- lifecycle --------------------------------------------------------------------------
-    def __enter__(self) -> "TfCaptureSession":
+    def __enter__(self) -> TfCaptureSession:
         if self.writer is not None:
             raise OpdiffError("opdiff.tf.capture: a capture session can be entered only once")
         self.writer = DumpWriter(self.path, self.meta(), overwrite=self.overwrite)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ...store.format import Stats, numpy_dtype
+from ...base.record import Stats
+from ...store.format import numpy_dtype
 from ...store.stats import content_hash
 from ..stats_kernel import array_stats, copy_with_stats
 

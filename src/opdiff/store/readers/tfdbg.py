@@ -15,13 +15,16 @@ nan/inf/zero counts, or the shape). Other modes hold too little to compare: one-
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...errors import DumpError
-from ..format import Record, Stats, node_name, record_name
+from ...base.errors import DumpError
+from ...base.record import Record, Stats
+from ..format import node_name, record_name
+from ..source import Dump, TensorSpan
 from ..stats import content_hash, tensor_stats
 from .tfdbg_events import Event, TfdbgRun, find_files, read_run, user_source
 from .tfdbg_proto import TF_DTYPE_NAMES, TF_DTYPES, TensorInfo, WireError, tensor_array
@@ -41,6 +44,12 @@ def function_name(graph_name: str) -> str:
     """A tf.function graph's name without TensorFlow's prefix and the per-process counter suffix."""
     m = _FN_RE.match(graph_name)
     return (m.group(1) if m else graph_name) or graph_name
+
+
+# (dtype, shape, stats, hash, data) of a record read from a dumped tensor
+_Values = tuple[str, tuple[int, ...], Stats, str | None, dict[str, str] | None]
+# the graph op run being read: (graph id, op name, output slot, node, module, call)
+_Prev = tuple[str, str, int, str, str, int]
 
 
 @dataclass
@@ -71,7 +80,8 @@ class _Builder:
         return node_name(module, op, call), call
 
     def add(self, node: str, module: str, op: str, level: str, call: int, direction: str, role: str, pos: str,
-            tensor: tuple[Path, TensorInfo, str] | None, src: str | None, source: str | None, extra: dict) -> str | None:
+            tensor: tuple[Path, TensorInfo, str] | None, src: str | None, source: str | None,
+            extra: dict[str, Any]) -> str | None:
         """One record; an input (`src` set, no tensor) shares its producer's values."""
         name = record_name(node, direction, role, pos)
         if src is not None:
@@ -82,8 +92,8 @@ class _Builder:
                 self.data[name] = self.data[src]
             if src in self.arrays:
                 self.arrays[name] = self.arrays[src]
-        else:
-            path, info, mode = tensor  # type: ignore[misc]
+        elif tensor is not None:
+            path, info, mode = tensor
             made = self._values(name, path, info, mode)
             if made is None:
                 self.skipped += 1
@@ -91,6 +101,8 @@ class _Builder:
             dtype, shape, stats, hsh, data = made
             rec = Record(0, name, node, module, op, level, call, direction, role, pos, dtype, shape, stats=stats,
                          hash=hsh, source=source, data=data, extra=extra | {"tfdbg_mode": mode})
+        else:
+            raise ValueError("a record needs a tensor or a producer")
         rec.index = len(self.records)
         self._index[name] = rec.index
         self.records.append(rec)
@@ -98,7 +110,7 @@ class _Builder:
 
     _index: dict[str, int]
 
-    def _values(self, name: str, path: Path, info: TensorInfo, mode: str):
+    def _values(self, name: str, path: Path, info: TensorInfo, mode: str) -> _Values | None:
         """(dtype, shape, stats, hash, data) of a dumped tensor; None for a dtype opdiff cannot hold."""
         self.modes.add(mode)
         buf = self.run.buffers[path]
@@ -118,7 +130,7 @@ class _Builder:
 
     def run_events(self) -> None:
         self._index = {}
-        prev: tuple[str, str, int, str, str, int] | None = None  # graph id, op name, slot, node, module, call
+        prev: _Prev | None = None
         for ev in self.run.events:
             if ev.kind == "exec":
                 self._exec(ev)
@@ -142,7 +154,7 @@ class _Builder:
             if name is not None and slot < len(ev.outputs):
                 self.by_tensor_id[ev.outputs[slot]] = name
 
-    def _trace(self, ev: Event, prev):
+    def _trace(self, ev: Event, prev: _Prev | None) -> _Prev:
         graph_name = self.run.graphs.get(ev.graph_id, ("", ""))[0]
         scope = ev.op_name.rpartition("/")[0]
         direction = "backward" if ev.op_name.startswith(BACKWARD_SCOPES) else "forward"
@@ -155,8 +167,8 @@ class _Builder:
             node, call = prev[3], prev[5]  # another output of the same op run
         else:
             node, call = self.node(module, op)
-            info = self.run.ops.get((ev.graph_id, ev.op_name))
-            for k, inp in enumerate(info.inputs if info else []):
+            op_info = self.run.ops.get((ev.graph_id, ev.op_name))
+            for k, inp in enumerate(op_info.inputs if op_info else []):
                 if inp.startswith("^"):
                     continue  # control dependency
                 name, _, out_slot = inp.rpartition(":")
@@ -171,7 +183,7 @@ class _Builder:
         return (ev.graph_id, ev.op_name, slot, node, module, call)
 
 
-def _health(vec: np.ndarray, mode: str, path: Path):
+def _health(vec: np.ndarray, mode: str, path: Path) -> _Values | None:
     """(dtype, shape, stats, hash, data) from a FULL_HEALTH or SHAPE vector (no data, no min/max)."""
     if mode == "FULL_HEALTH" and vec.size >= 11:
         # [tensor id, device id, dtype, rank, size, -inf, +inf, nan, negative finite, zero, positive finite]
@@ -193,67 +205,28 @@ def _health(vec: np.ndarray, mode: str, path: Path):
                     f"(opdiff reads {', '.join(READABLE_MODES)})")
 
 
-class TfdbgDump:
+@dataclass
+class TfdbgDump(Dump):
     """A tfdbg dump root read as one (rank 0, step 0) part: records in execution order."""
 
-    format = NAME
+    format: ClassVar[str] = NAME
+    run: TfdbgRun | None = field(default=None, repr=False)
+    _data: dict[str, _Data] = field(default_factory=dict, repr=False)
+    _arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
-    def __init__(self, root: Path, run: TfdbgRun, records: list[Record], data: dict[str, _Data],
-                 arrays: dict[str, np.ndarray], meta: dict, problems: list[str]):
-        self.root, self.run, self.records = root, run, records
-        self._data, self._arrays = data, arrays
-        self.meta, self.problems = meta, problems
-        self.rank = self.step = 0
-        self.parts = [(0, 0)]
-        self._by_name = {r.name: r for r in records}
-
-    @property
-    def complete(self) -> bool:
-        return bool(self.meta.get("complete")) and not self.problems
-
-    @property
-    def calls(self) -> list[dict]:
-        return []
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __iter__(self):
-        return iter(self.records)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._by_name
-
-    def __getitem__(self, name: str) -> Record:
-        try:
-            return self._by_name[name]
-        except KeyError:
-            raise KeyError(f"{self.root}: no record named {name!r}") from None
-
-    def get(self, name: str) -> Record | None:
-        return self._by_name.get(name)
-
-    def select(self, name: str | None = None, op: str | None = None, module: str | None = None) -> list[Record]:
-        pats = [(attr, re.compile(p)) for attr, p in (("name", name), ("op", op), ("module", module)) if p]
-        return [r for r in self.records if all(p.search(getattr(r, attr)) for attr, p in pats)]
-
-    def tensor(self, rec: Record | str, copy: bool = False) -> np.ndarray:
-        """The record's values (read in place from the mapped trace file unless `copy`)."""
-        if isinstance(rec, str):
-            rec = self[rec]
+    def span(self, rec: Record) -> TensorSpan | np.ndarray:
+        """Raw tensor_content bytes in place in the trace file; values from typed proto fields in memory."""
         arr = self._arrays.get(rec.name)
-        if arr is None:
-            d = self._data.get(rec.name)
-            if d is None:
-                raise DumpError(f"{self.root}: record {rec.name!r} has no tensor data (tfdbg mode "
-                                f"{rec.extra.get('tfdbg_mode', '?')})")
-            try:
-                arr = tensor_array(self.run.buffers[d.file], d.info)
-            except WireError as exc:
-                raise DumpError(f"{d.file}: {exc}") from None
-        return np.array(arr) if copy else arr
+        if arr is not None:
+            return arr
+        d = self._data.get(rec.name)
+        if d is None or d.info.content is None:
+            raise DumpError(f"{self.root}: record {rec.name!r} has no tensor data (tfdbg mode "
+                            f"{rec.extra.get('tfdbg_mode', '?')})")
+        return TensorSpan(path=d.file, offset=d.info.content[0], dtype=rec.dtype, shape=tuple(rec.shape),
+                          hash=rec.hash)
 
-    def with_part(self, rank: int, step: int) -> "TfdbgDump":
+    def with_part(self, rank: int, step: int) -> TfdbgDump:
         if (rank, step) != (0, 0):
             raise DumpError(f"{self.root}: a tfdbg dump has one part (rank 0 step 0), not rank {rank} step {step}")
         return self
@@ -268,11 +241,12 @@ def open_dump(path: Path, rank: int | None = None, step: int | None = None) -> T
         b.run_events()
     except WireError as exc:
         raise DumpError(f"{path}: a tensor in the tfdbg dump does not parse ({exc})") from None
-    dump = TfdbgDump(path, run, b.records, b.data, b.arrays, _meta(run, b), list(run.problems))
+    dump = TfdbgDump(root=path, meta=_meta(run, b), rank=0, step=0, records=b.records, parts=[(0, 0)],
+                     problems=list(run.problems), run=run, _data=b.data, _arrays=b.arrays)
     return dump.with_part(rank or 0, step or 0)
 
 
-def _meta(run: TfdbgRun, b: _Builder) -> dict:
+def _meta(run: TfdbgRun, b: _Builder) -> dict[str, Any]:
     modes = sorted(b.modes)
     return {
         "format": NAME,

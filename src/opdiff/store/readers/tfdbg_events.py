@@ -12,17 +12,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...errors import DumpError
+from ...base.errors import DumpError
 from .tfdbg_proto import (
     DEBUG_MODES,
     RecordFile,
     TensorInfo,
     WireError,
     event_body,
-    fields,
+    Buf,
+    Value,
+    int_of,
     open_records,
     packed_ints,
     signed64,
+    span_of,
+    sub,
     tensor_proto,
     text,
 )
@@ -57,7 +61,7 @@ class Event:
     inputs: list[int] = field(default_factory=list)  # exec: input tensor ids
     outputs: list[int] = field(default_factory=list)  # exec: output tensor ids
     frames: list[str] = field(default_factory=list)  # stack frame ids (exec)
-    file: Path | None = None
+    file: Path = field(default_factory=Path)  # the event file it was read from
 
 
 @dataclass
@@ -66,14 +70,14 @@ class TfdbgRun:
 
     root: Path
     files: dict[str, Path]
-    meta: dict
+    meta: dict[str, str]
     graphs: dict[str, tuple[str, str]]  # graph id -> (name, outer context id)
     ops: dict[tuple[str, str], OpInfo]  # (graph id, op name) -> op
     events: list[Event]
     frames: dict[str, tuple[int, int, str]]  # stack frame id -> (file index, line, function)
     source_files: list[str]
     problems: list[str]
-    buffers: dict[Path, object]  # file -> its memory map (tensor bytes are read from it)
+    buffers: dict[Path, Buf]  # file -> its memory map (tensor bytes are read from it)
 
 
 def find_files(root: Path) -> dict[str, list[Path]]:
@@ -106,24 +110,16 @@ def dump_files(root: Path) -> dict[str, Path]:
     return {k: ps[0] for k, ps in found.items()}
 
 
-def _string_fields(buf, span, wanted: dict[int, str], repeated: frozenset = frozenset()) -> dict:
-    out: dict = {name: [] for num, name in wanted.items() if num in repeated}
-    for num, _, v in fields(buf, *span):
-        name = wanted.get(num)
-        if name is None:
-            continue
-        if num in repeated:
-            out[name].append(text(buf, v))
-        else:
-            out[name] = text(buf, v)
-    return out
+def _string_fields(buf: Buf, span: Value | None, wanted: dict[int, str]) -> dict[str, str]:
+    """The string fields numbered in `wanted` of the message at `span`, by name."""
+    return {wanted[num]: text(buf, v) for num, _, v in sub(buf, span) if num in wanted}
 
 
-def _code_frames(buf, span) -> list[str]:
-    return [text(buf, v) for num, _, v in fields(buf, *span) if num == 2]
+def _code_frames(buf: Buf, span: Value) -> list[str]:
+    return [text(buf, v) for num, _, v in sub(buf, span) if num == 2]
 
 
-def _read_metadata(rf: RecordFile) -> dict:
+def _read_metadata(rf: RecordFile) -> dict[str, str]:
     for span in rf.spans:
         _, _, what, body = event_body(rf.buf, span)
         if what == 3:
@@ -142,7 +138,7 @@ def _read_graphs(rf: RecordFile) -> tuple[dict[str, tuple[str, str]], dict[tuple
             op_type = op_name = graph_id = ""
             inputs: list[str] = []
             frames: list[str] = []
-            for num, _, v in fields(buf, *body):
+            for num, _, v in sub(buf, body):
                 if num == 1:
                     op_type = text(buf, v)
                 elif num == 2:
@@ -169,7 +165,7 @@ def _read_executions(rf: RecordFile) -> list[Event]:
             continue
         ev = Event("exec", wall, "", "", "", "UNSPECIFIED", [], file=rf.path)
         protos = []
-        for num, wt, v in fields(buf, *body):
+        for num, wt, v in sub(buf, body):
             if num == 1:
                 ev.op_type = text(buf, v)
             elif num == 3:
@@ -179,9 +175,9 @@ def _read_executions(rf: RecordFile) -> list[Event]:
             elif num == 5:
                 ev.outputs.extend(signed64(x) for x in packed_ints(buf, wt, v))
             elif num == 6:
-                ev.debug_mode = DEBUG_MODES.get(v, str(v))
+                ev.debug_mode = DEBUG_MODES.get(int_of(v), str(v))
             elif num == 7:
-                protos.append(tensor_proto(buf, *v))
+                protos.append(tensor_proto(buf, *span_of(v)))
             elif num == 8:
                 ev.frames = _code_frames(buf, v)
         ev.tensors = list(enumerate(protos))
@@ -198,17 +194,17 @@ def _read_traces(rf: RecordFile) -> list[Event]:
             continue
         ctx = name = ""
         slot, mode, tensor = 0, "UNSPECIFIED", None
-        for num, _, v in fields(buf, *body):
+        for num, _, v in sub(buf, body):
             if num == 1:
                 ctx = text(buf, v)
             elif num == 2:
                 name = text(buf, v)
             elif num == 3:
-                slot = v
+                slot = int_of(v)
             elif num == 4:
-                mode = DEBUG_MODES.get(v, str(v))
+                mode = DEBUG_MODES.get(int_of(v), str(v))
             elif num == 5:
-                tensor = tensor_proto(buf, *v)
+                tensor = tensor_proto(buf, *span_of(v))
         out.append(Event("trace", wall, "", name, ctx, mode, [(slot, tensor)] if tensor else [], file=rf.path))
     return out
 
@@ -223,17 +219,17 @@ def _read_frames(rf: RecordFile | None) -> dict[str, tuple[int, int, str]]:
         if what != 6:
             continue
         fid, loc = "", (0, 0, "")
-        for num, _, v in fields(buf, *body):
+        for num, _, v in sub(buf, body):
             if num == 1:
                 fid = text(buf, v)
             elif num == 2:
                 fi = line = 0
                 func = ""
-                for n2, _, v2 in fields(buf, *v):
+                for n2, _, v2 in sub(buf, v):
                     if n2 == 1:
-                        fi = v2
+                        fi = int_of(v2)
                     elif n2 == 2:
-                        line = v2
+                        line = int_of(v2)
                     elif n2 == 4:
                         func = text(buf, v2)
                 loc = (fi, line, func)
@@ -252,7 +248,7 @@ def _read_source_paths(rf: RecordFile | None) -> list[str]:
         if what != 4:
             continue
         path = ""
-        for num, _, v in fields(buf, *body):
+        for num, _, v in sub(buf, body):
             if num == 1:
                 path = text(buf, v)
                 break

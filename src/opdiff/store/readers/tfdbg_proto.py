@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TypeAlias
 
 import ml_dtypes
 import numpy as np
 
-from ...errors import DumpError
+from ...base.errors import DumpError
 
 # DataType enum (tensorflow/core/framework/types.proto) -> opdiff dtype name
 TF_DTYPES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 9: "int64", 10: "bool",
@@ -43,7 +44,30 @@ class WireError(ValueError):
     """A protobuf payload that does not parse."""
 
 
-def varint(buf, pos: int) -> tuple[int, int]:
+Buf: TypeAlias = "mmap.mmap | bytes"  # a mapped event file (or an empty one)
+Value: TypeAlias = "int | tuple[int, int]"  # a field's value: an int, or the (start, end) of its bytes
+
+
+def span_of(v: Value | None) -> tuple[int, int]:
+    """A length-delimited field's (start, end); another wire type where one was expected is a WireError."""
+    if not isinstance(v, tuple):
+        raise WireError("expected a length-delimited field, found a number")
+    return v
+
+
+def int_of(v: Value) -> int:
+    """A varint / fixed field's value; a length-delimited field where a number was expected is a WireError."""
+    if isinstance(v, tuple):
+        raise WireError("expected a number field, found a length-delimited one")
+    return v
+
+
+def sub(buf: Buf, v: Value | None) -> Iterator[tuple[int, int, Value]]:
+    """The fields of an embedded message (a length-delimited field's bytes)."""
+    return fields(buf, *span_of(v))
+
+
+def varint(buf: Buf, pos: int) -> tuple[int, int]:
     """Decode a base-128 varint at `pos`; returns (value, next position)."""
     result = shift = 0
     while True:
@@ -59,7 +83,7 @@ def varint(buf, pos: int) -> tuple[int, int]:
             raise WireError("varint too long")
 
 
-def fields(buf, start: int, end: int) -> Iterator[tuple[int, int, int | tuple[int, int]]]:
+def fields(buf: Buf, start: int, end: int) -> Iterator[tuple[int, int, Value]]:
     """(field number, wire type, value) of a message in buf[start:end].
 
     value: an int for varints, fixed32 and fixed64 (raw bits), (start, end) for length-delimited.
@@ -68,6 +92,7 @@ def fields(buf, start: int, end: int) -> Iterator[tuple[int, int, int | tuple[in
     while pos < end:
         key, pos = varint(buf, pos)
         num, wt = key >> 3, key & 7
+        v: Value
         if wt == 0:
             v, pos = varint(buf, pos)
         elif wt == 1:
@@ -88,20 +113,24 @@ def fields(buf, start: int, end: int) -> Iterator[tuple[int, int, int | tuple[in
         yield num, wt, v
 
 
-def text(buf, span: tuple[int, int]) -> str:
-    return bytes(buf[span[0]:span[1]]).decode("utf-8", "replace")
+def text(buf: Buf, v: Value) -> str:
+    """A string field's text (undecodable bytes replaced)."""
+    start, end = span_of(v)
+    return bytes(buf[start:end]).decode("utf-8", "replace")
 
 
 def as_double(bits: int) -> float:
-    return struct.unpack("<d", bits.to_bytes(8, "little"))[0]
+    value: float = struct.unpack("<d", bits.to_bytes(8, "little"))[0]
+    return value
 
 
-def packed_ints(buf, wt: int, v) -> list[int]:
+def packed_ints(buf: Buf, wt: int, v: Value) -> list[int]:
     """Repeated integers: one value (unpacked) or a packed run of varints."""
     if wt == 0:
-        return [v]
-    out, pos = [], v[0]
-    while pos < v[1]:
+        return [int_of(v)]
+    out: list[int] = []
+    pos, end = span_of(v)
+    while pos < end:
         x, pos = varint(buf, pos)
         out.append(x)
     return out
@@ -132,41 +161,42 @@ class TensorInfo:
         return n
 
 
-def _shape(buf, start: int, end: int) -> tuple[int, ...]:
+def _shape(buf: Buf, start: int, end: int) -> tuple[int, ...]:
     dims = []
     for num, _, v in fields(buf, start, end):
         if num == 2:  # Dim
             size = 0
-            for dn, _, dv in fields(buf, *v):
+            for dn, _, dv in sub(buf, v):
                 if dn == 1:
-                    size = signed64(dv)
+                    size = signed64(int_of(dv))
             dims.append(size)
         elif num == 3 and v:
             raise WireError("tensor of unknown rank")
     return tuple(dims)
 
 
-def _typed_values(buf, num: int, wt: int, v) -> np.ndarray:
+def _typed_values(buf: Buf, num: int, wt: int, v: Value) -> np.ndarray:
     kind = _VAL_FIELDS[num]
     if kind == "varint":
         return np.array([signed64(x) if num in (7, 10) else x for x in packed_ints(buf, wt, v)], dtype=np.int64)
     if wt == 2:
-        return np.frombuffer(bytes(buf[v[0]:v[1]]), dtype=kind)
+        start, end = span_of(v)
+        return np.frombuffer(bytes(buf[start:end]), dtype=kind)
     width = np.dtype(kind).itemsize
-    return np.frombuffer(v.to_bytes(width, "little"), dtype=kind)
+    return np.frombuffer(int_of(v).to_bytes(width, "little"), dtype=kind)
 
 
-def tensor_proto(buf, start: int, end: int) -> TensorInfo:
+def tensor_proto(buf: Buf, start: int, end: int) -> TensorInfo:
     """Decode a TensorProto at buf[start:end]."""
     info = TensorInfo(dtype=0, shape=())
     parts: list[np.ndarray] = []
     for num, wt, v in fields(buf, start, end):
         if num == 1:
-            info.dtype = v
+            info.dtype = int_of(v)
         elif num == 2:
-            info.shape = _shape(buf, *v)
+            info.shape = _shape(buf, *span_of(v))
         elif num == 4:
-            info.content = v
+            info.content = span_of(v)
         elif num in _VAL_FIELDS:
             parts.append(_typed_values(buf, num, wt, v))
     if info.content is None and parts:
@@ -174,7 +204,7 @@ def tensor_proto(buf, start: int, end: int) -> TensorInfo:
     return info
 
 
-def tensor_array(buf, info: TensorInfo) -> np.ndarray:
+def tensor_array(buf: Buf, info: TensorInfo) -> np.ndarray:
     """The tensor's values as an array of its own dtype (typed fields widened on the wire are narrowed back).
 
     A TensorProto may list fewer values than elements: the last one repeats (TensorFlow's rule).
@@ -188,7 +218,8 @@ def tensor_array(buf, info: TensorInfo) -> np.ndarray:
         raw = np.frombuffer(buf[info.content[0]:info.content[1]], dtype=np.uint8)
         if raw.size != n * dt.itemsize:
             raise WireError(f"tensor_content holds {raw.size} bytes for {n} elements of {name}")
-        return raw.view(dt).reshape(info.shape)
+        shaped: np.ndarray = raw.view(dt).reshape(info.shape)
+        return shaped
     vals = info.values if info.values is not None else np.zeros(0)
     if name in ("float16", "bfloat16"):  # half_val carries the 16-bit patterns as ints
         vals = vals.astype(np.uint16).view(dt)
@@ -205,7 +236,7 @@ class RecordFile:
     """A TFRecord file, memory-mapped: (payload start, payload end) of each complete record."""
 
     path: Path
-    buf: object
+    buf: Buf
     spans: list[tuple[int, int]] = field(default_factory=list)
     cut_off: bool = False  # the last record is incomplete (the writer stopped mid-record)
 
@@ -215,7 +246,7 @@ def open_records(path: Path) -> RecordFile:
     try:
         with open(path, "rb") as f:
             size = f.seek(0, 2)
-            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            buf: Buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
     except OSError as exc:
         raise DumpError(f"{path}: cannot read: {exc.strerror or exc}") from None
     rf = RecordFile(path, buf)
@@ -233,14 +264,15 @@ def open_records(path: Path) -> RecordFile:
     return rf
 
 
-def event_body(buf, span: tuple[int, int]) -> tuple[float, int, int, tuple[int, int] | None]:
+def event_body(buf: Buf, span: tuple[int, int]) -> tuple[float, int, int, tuple[int, int] | None]:
     """(wall_time, step, field number of the event's `what`, its span) of one DebugEvent."""
-    wall, step, what, body = 0.0, 0, 0, None
+    wall, step, what = 0.0, 0, 0
+    body: tuple[int, int] | None = None
     for num, wt, v in fields(buf, *span):
         if num == 1 and wt == 1:
-            wall = as_double(v)
+            wall = as_double(int_of(v))
         elif num == 2 and wt == 0:
-            step = v
+            step = int_of(v)
         elif wt == 2:
-            what, body = num, v
+            what, body = num, span_of(v)
     return wall, step, what, body
