@@ -65,7 +65,7 @@ def runs(tmp_path_factory):
         with opdiff.tf.capture(m, root / mode, mode=mode):
             out[mode + "-out"] = m(x).numpy()
     m2 = build()
-    with opdiff.tf.capture(m2, root / "same", mode="tensor"):
+    with opdiff.capture(m2, root / "same", mode="tensor"):  # the generic entry dispatches Keras to this backend
         m2(x)
     bad = build()
     k = bad.block.mlp[0].kernel
@@ -79,6 +79,7 @@ def test_layer_capture_keeps_results_bitwise_and_records_every_layer(runs):
     for mode in ("tensor", "stats", "hash"):
         assert np.array_equal(runs[mode + "-out"], runs["ref"]), mode
     d = opdiff.load(runs["root"] / "tensor")
+    assert opdiff.load(runs["root"] / "same").meta["capture_backend"] == "keras-layers"  # opdiff.capture dispatched
     nodes = {r.node for r in d.records}
     assert {"Net#0", "embed/Dense#0", "block/Block#0", "block.norm/LayerNormalization#0", "block.mlp.0/Dense#0",
             "block.mlp.1/Dense#0", "head/Dense#0"} <= nodes
@@ -138,6 +139,8 @@ def test_op_level_capture_of_a_tf_function(tmp_path):
     assert [(r.name, r.hash) for r in raw.records] == [(r.name, r.hash) for r in d.records]
     with opdiff.tf.capture(m, tmp_path / "ops-stats", level="op", mode="stats") as cap:
         cap(x)
+    with opdiff.tf.capture(m, tmp_path / "ops-stats", level="op", mode="stats", overwrite=True) as cap:
+        cap(x)  # the same path again in this process: TensorFlow crashed when its dump root was reused
     s = opdiff.load(tmp_path / "ops-stats")
     assert [(r.name, r.stats) for r in s.records] == [(r.name, r.stats) for r in d.records]
     assert all(r.data is None for r in s.records) and not (tmp_path / "ops-stats" / "tfdbg").exists()

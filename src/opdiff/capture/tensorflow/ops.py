@@ -2,14 +2,17 @@
 
 TensorFlow's debugger instruments graphs when they are traced, so a tf.function traced before the
 capture started runs without instrumentation: only its call (inputs and outputs) is seen. The raw
-tfdbg files go to `<path>/tfdbg` (inside the output directory) and are removed afterwards unless
-`keep_raw`; they are read back with opdiff's own tfdbg reader, so `opdiff import tfdbg` gives the
+tfdbg files go to a fresh directory inside the output directory, removed afterwards or, with
+`keep_raw`, renamed `<path>/tfdbg`. Fresh, because TensorFlow keeps one event writer per dump root
+for the life of the process, and dumping to a root again crashes it (a segfault, even after the
+directory was deleted: a second capture to the same path with overwrite=True). They are read back with opdiff's own tfdbg reader, so `opdiff import tfdbg` gives the
 same records.
 """
 
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +44,7 @@ class OpCapture:
         if s.mode == "tensor" and s.debug_mode != "FULL_TENSOR":
             raise OpdiffError(f"opdiff.tf.capture: mode='tensor' needs debug_mode='FULL_TENSOR', not {s.debug_mode!r}")
         self.s = s
-        self.raw = Path(s.writer.root) / RAW_DIR
+        self.raw = Path(s.writer.root) / f".{RAW_DIR}-{uuid.uuid4().hex}"  # never a root TF dumped to before
         self.traced_before = tracing_count(s.model)
         self.fn = None  # the capture's own tf.function of the model (see TfCaptureSession.__call__)
         self.calls = 0
@@ -71,7 +74,9 @@ class OpCapture:
                 dump = tfdbg_reader.open_dump(self.raw)
                 observed.update(self._write(dump))
         finally:
-            if not self.s.keep_raw:
+            if self.s.keep_raw and self.raw.is_dir():
+                self.raw.rename(self.raw.with_name(RAW_DIR))
+            else:
                 shutil.rmtree(self.raw, ignore_errors=True)
         return observed
 

@@ -15,12 +15,12 @@ from pathlib import Path
 from ...base.errors import DumpError
 from .tfdbg_proto import (
     DEBUG_MODES,
+    Buf,
     RecordFile,
     TensorInfo,
+    Value,
     WireError,
     event_body,
-    Buf,
-    Value,
     int_of,
     open_records,
     packed_ints,
