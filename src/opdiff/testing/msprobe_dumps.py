@@ -82,7 +82,7 @@ def dump(args: argparse.Namespace, rank: int | None = None) -> None:
 
     torch.manual_seed(0)
     model, inputs = build_model(args.dtype, args.fault_layer, seed=args.seed + (rank or 0),
-                                width=args.width, layers=args.layers, seq=args.seq)
+                                width=args.width, layers=args.layers, seq=args.seq, batch=args.batch, heads=args.heads)
     debugger = PrecisionDebugger(config_path=str(args.config))
     for _ in range(args.steps):
         debugger.start(model)
@@ -121,6 +121,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=WIDTH)
     p.add_argument("--layers", type=int, default=LAYERS)
     p.add_argument("--seq", type=int, default=SEQ)
+    p.add_argument("--batch", type=int, default=BATCH)
+    p.add_argument("--heads", type=int, default=HEADS)
     return p
 
 
