@@ -142,20 +142,21 @@ def main(argv: list[str] | None = None) -> int:
     runs["msprobe compare"] = run_measured([msprobe, "compare", "-gp", str(g), "-tp", str(t), "-o",
                                            str(out / "msprobe_out")])
     report["runs"] = runs
-    ratio = runs["msprobe compare"]["wall_s"] / runs["opdiff compare"]["wall_s"]
-    report["speedup"] = ratio
-
+    failed = runs["msprobe compare"]["rc"] != 0 or runs["opdiff compare"]["rc"] not in (0, 1)
     print(f"\n{'':18}{'wall s':>9}{'GB/s':>8}{'peak RSS MB':>13}{'exit':>6}")
     for name, r in runs.items():
         print(f"{name:18}{r['wall_s']:9.2f}{total / GB / r['wall_s']:8.2f}{r['peak_rss_mb']:13.0f}{r['rc']:6}")
-    print(f"\nopdiff compare is {ratio:.1f}x faster than msprobe compare "
-          f"(peak RSS {runs['opdiff compare']['peak_rss_mb'] / runs['msprobe compare']['peak_rss_mb']:.2f}x)")
-    (out / "vs_msprobe.json").write_text(json.dumps(report, indent=1))
-    if runs["msprobe compare"]["rc"] not in (0,) or runs["opdiff compare"]["rc"] not in (0, 1):
+    if failed:
         print(runs["opdiff compare"]["tail"], runs["msprobe compare"]["tail"], sep="\n", file=sys.stderr)
+        print("a comparison failed: no ratio", file=sys.stderr)
+    else:
+        report["speedup"] = runs["msprobe compare"]["wall_s"] / runs["opdiff compare"]["wall_s"]
+        print(f"\nopdiff compare is {report['speedup']:.1f}x faster than msprobe compare "
+              f"(peak RSS {runs['opdiff compare']['peak_rss_mb'] / runs['msprobe compare']['peak_rss_mb']:.2f}x)")
+    (out / "vs_msprobe.json").write_text(json.dumps(report, indent=1))
     if not args.keep:
         shutil.rmtree(dumps, ignore_errors=True)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -82,7 +82,9 @@ def test_records_of_each_level(dumps, name, kinds, directions, dtype):
     assert len({r.name for r in recs}) == len(recs)
     assert {r.direction for r in recs} == directions
     assert dtype in {r.dtype for r in recs}
-    if header["task"] == "statistics":
+    if name == "mix_xor":  # the xor summary mode keeps a checksum instead of statistics
+        assert all(r.data is None and r.hash for r in recs)
+    elif header["task"] == "statistics":
         assert all(r.data is None for r in recs)
         assert sum(r.stats is not None and r.stats.max is not None for r in recs) > 0.9 * len(recs)
     else:
@@ -104,7 +106,9 @@ def test_names_pair_with_opdiff_capture(dumps, tmp_path):
         a, b = ours[name].stats, theirs[name].stats
         if a.max is not None and b.norm is not None:
             assert math.isclose(a.max, b.max, rel_tol=1e-6, abs_tol=1e-9), name
-            assert math.isclose(a.norm, b.norm, rel_tol=1e-5, abs_tol=1e-9), name
+            # msprobe computes a bf16 tensor's Norm in bf16 (45.0 where float64 says 44.967): half a bf16 ulp apart
+            tol = 2**-8 if theirs[name].dtype == "bfloat16" else 1e-5
+            assert math.isclose(a.norm, b.norm, rel_tol=tol, abs_tol=1e-9), name
 
 
 def test_hash_modes(dumps):

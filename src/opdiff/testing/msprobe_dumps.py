@@ -17,6 +17,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -151,13 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     import multiprocessing
 
     import msprobe.pytorch  # noqa: F401  imported once here, before the forks
-    import transformers  # noqa: F401
+    import transformers.loss.loss_utils  # noqa: F401  (transformers loads these lazily: ~4 s in every fork otherwise)
+    from transformers import GPT2Config, GPT2LMHeadModel  # noqa: F401
 
     ctx = multiprocessing.get_context("fork")
     for job in json.loads(Path(argv[1]).read_text()):
+        t0 = time.perf_counter()
         proc = ctx.Process(target=run_job, args=(job,))
         proc.start()
         proc.join()
+        print(f"msprobe_dumps: {time.perf_counter() - t0:.1f} s {' '.join(job)}", file=sys.stderr)
         if proc.exitcode:
             print(f"msprobe_dumps: job {job} failed (exit {proc.exitcode})", file=sys.stderr)
             return 1
