@@ -55,6 +55,10 @@ def dumps(tmp_path_factory) -> dict[str, Path]:
 
 def test_convert_msprobe(dumps, tmp_path):
     check_converted(dumps["l1_golden"], dumps["l1_target"], tmp_path / "conv")
+    again = cli("convert", str(tmp_path / "conv"), str(tmp_path / "again"))  # an opdiff dump converts too
+    assert again.returncode == 0, again.stderr
+    meta = json.loads((tmp_path / "again" / "meta.json").read_text())
+    assert meta["source_format"] == "opdiff" and meta["source_meta"]["source_format"] == "msprobe"
 
 
 def test_convert_keeps_every_rank_and_step(dumps, tmp_path):

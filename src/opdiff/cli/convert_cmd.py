@@ -18,7 +18,7 @@ def convert_cmd(src: Path, dst: Path, fmt: str | None, force: bool) -> None:
 
     dump, n = convert(src, dst, force=force, format=fmt)
     parts = len(dump.parts)
-    click.echo(f"{src} ({dump.meta.get('source_format', dump.format)}) -> {dst}: {n} records in {parts} "
+    click.echo(f"{src} ({dump.format}) -> {dst}: {n} records in {parts} "
                f"part{'s' if parts != 1 else ''}")
 
 

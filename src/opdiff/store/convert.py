@@ -49,8 +49,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, force: 
     _check_paths(src_p, dst_p)
     parts = _parts(dump)
     meta: dict[str, Any] = {k: v for k, v in dump.meta.items() if k not in _WRITER_FIELDS}
-    meta |= {"source_format": dump.meta.get("source_format", dump.format), "source_path": str(src_p.resolve()),
-             "source_meta": dict(dump.meta)}
+    # the format of what lies at source_path (a dump converted before keeps its own origin in source_meta)
+    meta |= {"source_format": dump.format, "source_path": str(src_p.resolve()), "source_meta": dict(dump.meta)}
     n = 0
     with DumpWriter(dst_p, meta, overwrite=force) as w:
         for part in parts:
