@@ -12,6 +12,7 @@ from .graph import Graph, build
 from .inputs import differing_inputs
 from .local import calibrate, events
 from .overflow import first_overflow, fit_warnings, golden_overflows
+from .types import ReplayResult
 from .verdict import Diagnosis, decide
 
 # meta.json keys whose difference between the runs is worth saying (settings, not bookkeeping)
@@ -104,7 +105,7 @@ def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike,
                   replayable=replay)
     settings = settings_diff(golden, target)
     if settings:
-        diag.evidence["settings"] = settings
+        diag.evidence.settings = settings
     diag.counts = {
         "pairs": len(pairs),
         "compared": sum(1 for p in pairs if p.status == "compared"),
@@ -117,5 +118,5 @@ def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike,
     if replay and diag.culprit is not None:
         from ..replay import confirm
 
-        diag.replay = confirm(golden, target, diag, golden_names(graph, diag.culprit["node"]))
+        diag.replay = ReplayResult.from_json(confirm(golden, target, diag, golden_names(graph, diag.culprit.node)))
     return diag
