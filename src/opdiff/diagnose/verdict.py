@@ -35,6 +35,7 @@ class Diagnosis:
     noise: dict[str, Any] = field(default_factory=dict)
     counts: dict[str, Any] = field(default_factory=dict)
     replay: ReplayResult | None = None
+    graph: Graph | None = field(default=None, repr=False, compare=False)  # the graph it was decided on (not in JSON)
 
     @property
     def exit_code(self) -> int:
