@@ -101,7 +101,7 @@ def _overflow_at(step: int, path: str = "transformer.h.1.mlp.c_proj") -> Callabl
         if k == step:
             lin = model.get_submodule(path)
             forward = lin.forward
-            lin.forward = lambda x: forward(x) * 1e5  # in fp16: inf
+            lin.forward = lambda x: forward(x) * 1e7  # in fp16: inf
     return apply
 
 
@@ -116,7 +116,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              Expected(("fault",), 0, "forward", "model.rotary_emb", 0), fault=_rotary),
     Scenario("fp16_skip", "gpt2", "sgd", "fp16 autocast + GradScaler whose first steps overflow in both runs",
              Expected(("pass",)), fp16=True, init_scale=2.0 ** 40),
-    Scenario("fp16_overflow", "gpt2", "sgd", "fp16 autocast: block 1's c_proj output x1e5 at step 1 (inf in target only)",
+    Scenario("fp16_overflow", "gpt2", "sgd", "fp16 autocast: block 1's c_proj output x1e7 at step 1 (inf in target only)",
              Expected(("overflow",), 1, "forward", "transformer.h.1.mlp.c_proj", 0), fault=_overflow_at(1), fp16=True),
     Scenario("rank_fault", "gpt2", "sgd", "two-rank data parallel; LayerNorm eps 1e-2 in block 1 on rank 1 only",
              Expected(("fault",), 0, "forward", "transformer.h.1.ln_1", 1), fault=_ln_eps_from(0), world_size=2,
