@@ -46,6 +46,7 @@ class Scenario:
     init_scale: float = 2.0 ** 16
     world_size: int = 1
     fault_rank: int | None = None
+    steps: int = STEPS  # how many steps the scenario needs to show its fault
 
 
 # -- faults ------------------------------------------------------------------------------------
@@ -91,8 +92,8 @@ def _custom_act(model: torch.nn.Module, scale: float) -> None:
     model.get_submodule("transformer.h.1.mlp").act = CustomGelu(scale)
 
 
-def _rotary(model: torch.nn.Module, k: int) -> None:
-    if k == 0:
+def _rotary(model: torch.nn.Module) -> None:
+    with torch.no_grad():  # before capture: the fault is the model the target runs, not an op of the run
         model.get_submodule("model.rotary_emb").inv_freq.mul_(1.01)
 
 
@@ -108,19 +109,22 @@ def _overflow_at(step: int, path: str = "transformer.h.1.mlp.c_proj") -> Callabl
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("late_forward", "gpt2", "sgd", "LayerNorm eps 1e-2 in block 1 from step 2 on",
              Expected(("fault",), 2, "forward", "transformer.h.1.ln_1", 0), fault=_ln_eps_from(2)),
+    Scenario("next_step_forward", "gpt2", "sgd", "LayerNorm eps 1e-2 in block 1 from step 1 on",
+             Expected(("fault",), 1, "forward", "transformer.h.1.ln_1", 0), fault=_ln_eps_from(1), steps=2),
     Scenario("backward_only", "gpt2", "sgd", "custom autograd GELU whose backward is 2% off (forward exact)",
-             Expected(("fault",), 0, "backward", ACT, 0, ("mul",))),
+             Expected(("fault",), 0, "backward", ACT, 0, ("mul",)), steps=1),
     Scenario("optimizer_lr", "gpt2", "adamw", "AdamW learning rate 1.1e-3 instead of 1e-3",
-             Expected(("fault",), 0, "update", None, 0), target_optimizer={"lr": 1.1e-3}),
+             Expected(("fault",), 0, "update", None, 0, ("addcdiv",)), target_optimizer={"lr": 1.1e-3}, steps=1),
     Scenario("rotary_shared", "llama", "sgd", "rotary frequencies x1.01: cos/sin read by every layer are wrong",
-             Expected(("fault",), 0, "forward", "model.rotary_emb", 0), fault=_rotary),
+             Expected(("fault",), 0, "forward", "model.rotary_emb", 0), steps=1),
     Scenario("fp16_skip", "gpt2", "sgd", "fp16 autocast + GradScaler whose first steps overflow in both runs",
-             Expected(("pass",)), fp16=True, init_scale=2.0 ** 40),
+             Expected(("pass",)), fp16=True, init_scale=2.0 ** 40, steps=2),
     Scenario("fp16_overflow", "gpt2", "sgd", "fp16 autocast: block 1's c_proj output x1e7 at step 1 (inf in target only)",
-             Expected(("overflow",), 1, "forward", "transformer.h.1.mlp.c_proj", 0), fault=_overflow_at(1), fp16=True),
+             Expected(("overflow",), 1, "forward", "transformer.h.1.mlp.c_proj", 0), fault=_overflow_at(1), fp16=True,
+             steps=2),
     Scenario("rank_fault", "gpt2", "sgd", "two-rank data parallel; LayerNorm eps 1e-2 in block 1 on rank 1 only",
              Expected(("fault",), 0, "forward", "transformer.h.1.ln_1", 1), fault=_ln_eps_from(0), world_size=2,
-             fault_rank=1),
+             fault_rank=1, steps=1),
 )}
 
 SIZES = {"gpt2": dict(layers=2, width=32, heads=2, seq=8, batch=2, vocab=64),
@@ -133,6 +137,8 @@ def build(sc: Scenario, role: str, rank: int = 0) -> tuple[torch.nn.Module, dict
     model, inputs = zoo.build(sc.model, seed=0, **SIZES[sc.model])
     if sc.name == "backward_only":
         _custom_act(model, 1.02 if role == "target" else 1.0)
+    if sc.name == "rotary_shared" and role == "target":
+        _rotary(model)
     if rank:
         gen = torch.Generator().manual_seed(100 + rank)
         inputs = {**inputs, "input_ids": torch.randint(0, SIZES[sc.model]["vocab"], inputs["input_ids"].shape, generator=gen)}
@@ -148,11 +154,12 @@ def _faulty(sc: Scenario, role: str, rank: int) -> bool:
 
 
 def train(name: str, role: str, path: str | os.PathLike | None, *, level: str = "module", mode: str = "tensor",
-          steps: int = STEPS, rank: int = 0) -> Expected:
+          steps: int | None = None, rank: int = 0) -> Expected:
     """Run scenario `name` as golden or target for `steps` steps, captured into `path` (None: not captured)."""
     from ..capture import capture
 
     sc = SCENARIOS[name]
+    steps = sc.steps if steps is None else steps
     model, inputs, opt = build(sc, role, rank)
     scaler = torch.amp.GradScaler("cpu", init_scale=sc.init_scale) if sc.fp16 else None
     world = torch.distributed.get_world_size() if sc.world_size > 1 else 1

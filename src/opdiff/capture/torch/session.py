@@ -18,6 +18,7 @@ from .aten_mode import AtenMode
 from .recorder import MODES, Recorder
 
 LEVELS = ("module", "api", "aten")
+STEPS_ENV = "OPDIFF_STEPS"  # steps to capture when `steps` is not given ("0-3,8"): chosen without editing the script
 
 
 def parse_steps(steps: str | int | Iterable[int] | None) -> frozenset[int] | None:
@@ -73,7 +74,7 @@ class CaptureSession:
             raise OpdiffError(f"opdiff.capture: mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.model, self.path, self.level, self.mode = model, path, level, mode
         self.backward, self.source, self.overwrite = bool(backward), bool(source), overwrite
-        self.steps = parse_steps(steps)
+        self.steps = parse_steps(steps if steps is not None else os.environ.get(STEPS_ENV) or None)
         self.optimizer, self.when = optimizer, when
         self.include, self.exclude = _regex(include, "include"), _regex(exclude, "exclude")
         self.include_text, self.exclude_text = include, exclude
