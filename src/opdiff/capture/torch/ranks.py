@@ -1,5 +1,6 @@
 """Many ranks, one dump: rank 0 writes the run directory; every other rank writes its part beside it
-and moves its `rank{R}/` into the run directory when its capture ends (docs/capture.md, "Many ranks")."""
+and moves its `rank{R}/` into the run directory when its capture ends (docs/capture.md, "Many ranks").
+A rank given a path no other rank writes (per-rank paths) ends up with a whole run directory there."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import shutil
 import time
 from pathlib import Path
 
-WAIT_S = 120.0  # how long a rank waits for rank 0 to create the run directory
+WAIT_S = 2.0  # how long a rank waits for rank 0 to have created a shared run directory
 
 
 def staging_path(path: str | os.PathLike, rank: int, world_size: int) -> Path:
@@ -25,7 +26,9 @@ def merge(path: str | os.PathLike, staging: Path, rank: int) -> None:
     deadline = time.monotonic() + WAIT_S
     while not (root / "meta.json").exists():
         if time.monotonic() > deadline:
-            return  # rank 0 never captured: the part stays in the staging directory
+            if not root.exists():  # each rank has a path of its own: this one is a whole run
+                os.replace(staging, root)
+            return
         time.sleep(0.05)
     src = staging / f"rank{rank}"
     if src.exists():
