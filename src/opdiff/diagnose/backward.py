@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..compare.result import PairResult
-from ..store.format import Record
+from ..base.pair import PairResult
+from ..base.record import Record
 from .graph import Graph
 
 SWAP = {"input": "output", "output": "input"}

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OpdiffError
-from ..store.reader import Dump
+from ..base.errors import OpdiffError
+from ..store import Dump
 from . import update as upd
 from .verdict import Diagnosis
 
-DIRECTIONS = ("forward", "backward", "update")
+from ..base.vocab import DIRECTIONS  # forward, backward, update: the order passes run in a step
 COLLECTIVE_PREFIXES = ("torch.distributed.", "c10d.")
 
 
@@ -86,7 +86,7 @@ def diagnose_run(golden: Dump, target: Dump, *, mapping=None, comparison=None, r
                                                                       progress=progress)
             dirs = _directions(comp, direction)
             if not dirs:
-                raise OpdiffError(f"{t.dir}: no {direction} records to diagnose")
+                raise OpdiffError(f"{t.root}: no {direction} records to diagnose (rank {r}, step {s})")
             for d in dirs:
                 try:
                     diag = diagnose_pass(g, t, comp, level=level, direction=d)
@@ -132,7 +132,8 @@ def _trace_collectives(parts: list[Part]) -> None:
 
 def _differing_input(part: Part, node: str) -> str | None:
     """The first input record of `node` in this part whose golden and target disagree."""
-    from .noise import SIGNIFICANT, pair_error, unit
+    from ..metrics.thresholds import unit
+    from .noise import SIGNIFICANT, pair_error
 
     floor = part.diag.noise.get("floor_units", 1.0)
     for pr in part.comparison.results:

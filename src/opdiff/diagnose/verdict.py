@@ -13,7 +13,6 @@ from .noise import DRIFT, Noise
 from .overflow import Overflow
 from .types import Candidate, Culprit, Evidence, ReplayResult
 
-VERDICTS = ("pass", "inputs-differ", "overflow", "fault", "drift")
 SCHEMA_VERSION = 1
 # an event this many times weaker than the strongest is not taken as the culprit just for being earlier
 CULPRIT_MARGIN = 1e3
@@ -343,7 +342,7 @@ def _output_errors(graph: Graph) -> list[tuple[Tensor, float]]:
 
 
 def _node_evidence(graph: Graph, node: Node, t: Tensor) -> Evidence:
-    pick = lambda ids: [tensor_info(graph, graph.tensors[i]) for i in ids[:8]]  # noqa: E731
+    pick = lambda ids: [tensor_info(graph, graph.tensors[i]) for i in ids[:8]]
     ev = Evidence(inputs=pick(node.inputs), parameters=pick(node.params), outputs=pick(node.outputs))
     if t.id not in node.inputs + node.outputs + node.params:
         ev.diverging = [tensor_info(graph, t)]

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from .. import zoo
+from . import zoo
 
 STEPS = 3
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from functools import partial
 from typing import Any, Callable, Iterable
 
 import torch
 
-from ...errors import OpdiffError
-from ...store.format import node_name
+from ...base.errors import OpdiffError
+from ...store.names import node_name
 from ...store.writer import DumpWriter
 from . import collectives, module_hooks, optim, ranks
 from .api_mode import ApiMode
@@ -137,7 +138,7 @@ class CaptureSession:
         }
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def __enter__(self) -> "CaptureSession":
+    def __enter__(self) -> CaptureSession:
         if self.writer is not None:
             raise OpdiffError("opdiff.capture: a capture session can be entered only once")
         self._staging = ranks.staging_path(self.path, self.rank, self.world_size)
