@@ -14,13 +14,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
+import subprocess
+import sys
 
-from opdiff import load  # noqa: E402
-from opdiff.capture import capture  # noqa: E402
-from opdiff.diagnose import diagnose  # noqa: E402
-from opdiff.testing import training  # noqa: E402
+from opdiff import load
+from opdiff.capture import capture
+from opdiff.diagnose import diagnose
+from opdiff.testing import training
+
 
 def opdiff(*args) -> subprocess.CompletedProcess:
     """The CLI in a subprocess, as a user runs it."""
@@ -98,7 +99,7 @@ def test_dynamic_capture_by_condition(tmp_path, monkeypatch):
     """`when=` picks steps at run time (a loss spike); OPDIFF_STEPS picks them without touching the script."""
     model, inputs, opt = training.build(training.SCENARIOS["optimizer_lr"], "golden")
     losses: list[float] = []
-    spike = lambda step: bool(losses) and losses[-1] > 0  # noqa: E731  (every loss is > 0: each step after the first)
+    spike = lambda step: bool(losses) and losses[-1] > 0
     with capture(model, tmp_path / "a", when=spike, optimizer=opt) as cap:
         for _ in range(2):
             loss = model(**inputs).loss

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.errors import OpdiffError
+from ..base.vocab import DIRECTIONS  # forward, backward, update: the order passes run in a step
 from ..store import Dump
 from . import update as upd
 from .verdict import Diagnosis
 
-from ..base.vocab import DIRECTIONS  # forward, backward, update: the order passes run in a step
 COLLECTIVE_PREFIXES = ("torch.distributed.", "c10d.")
 
 
@@ -111,7 +111,7 @@ def _choose(parts: list[Part]) -> Part | None:
     bad = [p for p in parts if p.diverges]
     if not bad:
         return None
-    key = lambda p: (p.step, DIRECTIONS.index(p.direction), p.arrived_from is not None, p.rank)  # noqa: E731
+    key = lambda p: (p.step, DIRECTIONS.index(p.direction), p.arrived_from is not None, p.rank)
     return min(bad, key=key)
 
 

@@ -7,8 +7,9 @@ dicts of schema version 1 keeps working; optional fields are left out of the JSO
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 TensorInfo = dict[str, Any]  # one tensor pair as the reports show it (docs/diagnose.md, TensorInfo)
 
@@ -143,7 +144,7 @@ class ReplayResult(_Keyed):
                           "arg_differences", "outputs"})
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> "ReplayResult":
+    def from_json(cls, doc: dict[str, Any]) -> ReplayResult:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in doc.items() if k in known})
 

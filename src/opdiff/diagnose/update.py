@@ -42,7 +42,7 @@ def _param_name(record: str) -> str:
     return f"{module}.{pos}" if module else pos
 
 
-def from_parameters(chosen: "Part", parts: list["Part"], steps: list[int]) -> None:
+def from_parameters(chosen: Part, parts: list[Part], steps: list[int]) -> None:
     """Parameters differ at a later step while everything before agreed: the update in between."""
     d, s = chosen.diag, chosen.step
     c = d.culprit
@@ -68,7 +68,7 @@ def from_parameters(chosen: "Part", parts: list["Part"], steps: list[int]) -> No
                 "gradient clipping and loss scaling between the runs; capture with optimizer= to see the update's ops.")
 
 
-def describe(chosen: "Part", d: Diagnosis) -> None:
+def describe(chosen: Part, d: Diagnosis) -> None:
     """Name the parameters, the optimizer's ops and the settings that differ, for an update culprit."""
     c = d.culprit
     assert c is not None
@@ -87,7 +87,7 @@ def describe(chosen: "Part", d: Diagnosis) -> None:
         c.hyperparameters = hyper_diff(chosen)
 
 
-def hyper_diff(part: "Part") -> dict[str, Any]:
+def hyper_diff(part: Part) -> dict[str, Any]:
     """Optimizer settings (update records' extra["hyper"]) that differ between golden and target."""
     out: dict[str, Any] = {}
     for pr in part.comparison.results:

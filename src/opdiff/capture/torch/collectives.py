@@ -10,7 +10,8 @@ differs while this rank's inputs agree; diagnose then looks at the other ranks' 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -32,7 +33,7 @@ OUT_KEYS = {"all_reduce": "tensor", "broadcast": "tensor", "all_gather": "tensor
             "all_gather_into_tensor": "output_tensor", "reduce_scatter": "output", "reduce_scatter_tensor": "output"}
 
 
-def install(s: "CaptureSession") -> Callable[[], None]:
+def install(s: CaptureSession) -> Callable[[], None]:
     """Wrap the collectives of torch.distributed; returns the function that puts them back."""
     dist = torch.distributed
     if not dist.is_available():
@@ -47,7 +48,7 @@ def install(s: "CaptureSession") -> Callable[[], None]:
     return restore
 
 
-def _direction(s: "CaptureSession") -> str:
+def _direction(s: CaptureSession) -> str:
     if s.phase == "update":
         return "update"
     if torch._C._current_autograd_node() is not None or s.grads_seen:
@@ -55,7 +56,7 @@ def _direction(s: "CaptureSession") -> str:
     return "forward"
 
 
-def _wrap(s: "CaptureSession", name: str, fn: Callable) -> Callable:
+def _wrap(s: CaptureSession, name: str, fn: Callable) -> Callable:
     op = f"torch.distributed.{name}"
 
     @functools.wraps(fn)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 LEVEL = "param"  # optimizer records are per parameter, like the parameter records
 
 
-def install(s: "CaptureSession", optimizer: torch.optim.Optimizer) -> list:
+def install(s: CaptureSession, optimizer: torch.optim.Optimizer) -> list:
     """Hook the optimizer's step; returns the handles to remove."""
     return [optimizer.register_step_pre_hook(partial(_pre, s)), optimizer.register_step_post_hook(partial(_post, s))]
 
@@ -49,7 +49,7 @@ def _tensor_states(optimizer: torch.optim.Optimizer, p: torch.Tensor) -> list[tu
     return [(k, v) for k, v in st.items() if isinstance(v, torch.Tensor)]
 
 
-def _calls(s: "CaptureSession", optimizer: torch.optim.Optimizer):
+def _calls(s: CaptureSession, optimizer: torch.optim.Optimizer):
     """(module path, local name, parameter, its group) of every parameter the step can update, in order."""
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -58,7 +58,7 @@ def _calls(s: "CaptureSession", optimizer: torch.optim.Optimizer):
                 yield owner[0], owner[1], p, group
 
 
-def _pre(s: "CaptureSession", optimizer, args, kwargs) -> None:
+def _pre(s: CaptureSession, optimizer, args, kwargs) -> None:
     s.phase = "update"
     s.update_owner = {}
     for mpath, _, p, _ in _calls(s, optimizer):
@@ -71,7 +71,7 @@ def _pre(s: "CaptureSession", optimizer, args, kwargs) -> None:
     s.internal += 1
     try:
         op = type(optimizer).__name__
-        for mpath, pname, p, group in _calls(s, optimizer):
+        for mpath, pname, p, _group in _calls(s, optimizer):
             if p.grad is None or not s.wanted(mpath, op):
                 continue
             c = s.update_calls.get(mpath)
@@ -86,7 +86,7 @@ def _pre(s: "CaptureSession", optimizer, args, kwargs) -> None:
         s.internal -= 1
 
 
-def _post(s: "CaptureSession", optimizer, args, kwargs) -> None:
+def _post(s: CaptureSession, optimizer, args, kwargs) -> None:
     try:
         if not s.recording:
             return

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 
@@ -62,7 +62,7 @@ class CaptureSession:
     def __init__(self, model: torch.nn.Module, path: str | os.PathLike, *, level: str = "module", mode: str = "tensor",
                  backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
                  exclude: str | None = None, overwrite: bool = False, rank: int | None = None, source: bool = False,
-                 optimizer: "torch.optim.Optimizer | None" = None, when: "Callable[[int], bool] | None" = None):
+                 optimizer: torch.optim.Optimizer | None = None, when: Callable[[int], bool] | None = None):
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise OpdiffError(f"opdiff.capture: optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}")
         if when is not None and not callable(when):
@@ -293,8 +293,8 @@ class CaptureSession:
 def capture(model: torch.nn.Module, path: str | os.PathLike, *, level: str = "module", mode: str = "tensor",
             backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
             exclude: str | None = None, overwrite: bool = False, rank: int | None = None,
-            source: bool = False, optimizer: "torch.optim.Optimizer | None" = None,
-            when: "Callable[[int], bool] | None" = None) -> CaptureSession:
+            source: bool = False, optimizer: torch.optim.Optimizer | None = None,
+            when: Callable[[int], bool] | None = None) -> CaptureSession:
     """Capture `model`'s calls into a dump at `path`; use as ``with capture(model, path) as cap: ...``.
 
     level: "module" (every nn.Module call), "api" (torch API calls), "aten" (aten ops, incl. backward);
