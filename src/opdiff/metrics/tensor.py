@@ -333,3 +333,19 @@ def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float 
     })
     out[ERR_MESSAGE] = "; ".join(msgs)
     return out
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the kernels for every array signature compare uses:
+    float32/float64, each side writable (an upcast chunk) or read-only (a mapped shard), with and
+    without nan (the careful path)."""
+    for dt in (np.float32, np.float64):
+        for g_ro in (False, True):
+            for t_ro in (False, True):
+                g = np.arange(5, dtype=dt)
+                t = g.copy()
+                t[1] = np.nan
+                g.setflags(write=not g_ro)
+                t.setflags(write=not t_ro)
+                tensor_metrics(g, t)
+                K.finite_range(g)
