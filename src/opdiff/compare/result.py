@@ -29,7 +29,7 @@ STATUS_ERROR = "error"  # data unreadable (corrupt tensor): metrics N/A, reason 
 PASS, WARNING, FAIL, NA = "PASS", "WARNING", "FAIL", "N/A"
 
 
-@dataclass
+@dataclass(slots=True)
 class PairResult:
     """One golden/target tensor pair and what the comparison found."""
 

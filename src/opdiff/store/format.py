@@ -57,7 +57,7 @@ def dtype_name(arr_dtype: np.dtype) -> str:
         raise ValueError(f"dtype {arr_dtype} cannot be stored in an opdiff dump") from None
 
 
-@dataclass
+@dataclass(slots=True)
 class Stats:
     """Summary of a tensor. min/max/mean/std/norm are over its finite elements, in float64."""
 
@@ -80,7 +80,7 @@ class Stats:
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     """One captured tensor: where it ran, what it is, its statistics, and where its data lies.
 
