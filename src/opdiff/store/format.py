@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from sys import intern
 from typing import Any
 
 import ml_dtypes
@@ -146,23 +147,27 @@ class Record:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Record":
         stats = d.get("stats")
+        data = d.get("data")
+        if data is not None and isinstance(data.get("file"), str):  # one string per shard, not per record
+            data["file"] = intern(data["file"])
         return cls(
             index=int(d["index"]),
             name=d["name"],
             node=d["node"],
-            module=d["module"],
-            op=d["op"],
-            level=d["level"],
+            # few distinct values repeated on every record: one string object each (less memory per record)
+            module=intern(d["module"]),
+            op=intern(d["op"]),
+            level=intern(d["level"]),
             call=int(d["call"]),
-            direction=d["direction"],
-            role=d["role"],
-            pos=str(d["pos"]),
-            dtype=d["dtype"],
+            direction=intern(d["direction"]),
+            role=intern(d["role"]),
+            pos=intern(str(d["pos"])),
+            dtype=intern(d["dtype"]),
             shape=tuple(int(s) for s in d["shape"]),
             stats=Stats.from_json(stats) if stats is not None else None,
             hash=d.get("hash"),
             source=d.get("source"),
-            data=d.get("data"),
+            data=data,
             src=d.get("src"),
             extra=d.get("extra") or {},
         )
