@@ -61,8 +61,9 @@ def dir_size(path: Path) -> int:
 
 
 def _opdiff_capture(model, inputs, level: str, mode: str, out: Path):
-    import opdiff
     import torch
+
+    import opdiff
     from opdiff.capture.stats_kernel import warm_up
 
     warm_up()  # numba kernels loaded once per process (compiled at install: python -m opdiff.warm)

@@ -20,9 +20,9 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
-from ..compare.result import MATCH_FUSION, MATCH_MAPPING, MATCH_NAME, MATCH_SEQUENCE, UNMATCHED
-from ..store.format import Record
-from ..store.reader import Dump
+from ..base.record import Record
+from ..base.vocab import MATCH_FUSION, MATCH_MAPPING, MATCH_NAME, MATCH_SEQUENCE, UNMATCHED
+from ..store import Dump
 from .lcs import lcs, longest_increasing
 from .mapping import Mapping
 
