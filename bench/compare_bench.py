@@ -126,7 +126,7 @@ def child_npread(golden: str, target: str) -> dict:
     the same memory-mapped shards, one thread, as compare's kernel reads them."""
     import mmap
 
-    from opdiff.store.reader import load as load_dump
+    from opdiff.store.readers import load as load_dump
 
     t0 = time.perf_counter()
     total = 0
