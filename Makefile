@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
 	$(PY) -m pip install -q -e ".[torch,onnx,tf,test,lint]" "$(TORCH_PIN)"
+	$(PY) -m opdiff.warm
 	touch $(STAMP)
 
 venv: $(STAMP)
