@@ -13,6 +13,7 @@ import torch
 from ...base.errors import OpdiffError
 from ...store.names import node_name
 from ...store.writer import DumpWriter
+from ..progress import CaptureProgress
 from . import collectives, module_hooks, optim, ranks
 from .api_mode import ApiMode
 from .aten_mode import AtenMode
@@ -143,6 +144,8 @@ class CaptureSession:
             raise OpdiffError("opdiff.capture: a capture session can be entered only once")
         self._staging = ranks.staging_path(self.path, self.rank, self.world_size)
         self.writer = DumpWriter(self._staging, self.meta(), overwrite=self.overwrite)
+        self.progress = CaptureProgress(self.path)
+        self.writer.on_flush = self.progress.tick
         self.recorder = Recorder(self.writer, self.mode, self.rank)
         try:
             self.param_owner = {id(p): mpath for mpath, _, p in self._named_parameters()}
@@ -170,6 +173,7 @@ class CaptureSession:
             if exc_type is None:
                 self.writer.close(complete=True)
                 ranks.merge(self.path, self._staging, self.rank)
+                self.progress.summary(self.writer.records_written, self.writer.bytes_written, True)
             else:
                 try:
                     self.writer.close(complete=False)
