@@ -17,6 +17,10 @@ SHARD_DIR = "shards"
 DIRECTIONS = ("forward", "backward")
 ROLES = ("input", "output", "parameter", "gradient")
 LEVELS = ("module", "api", "aten", "param", "graph")
+# Record.extra keys of graph-engine captures (docs/fusion.md): the graph value a record holds (equal in two
+# runs of one model: tensor name, "tensor|consumer" for a node input), and the original nodes a fused op replaces
+GRAPH_VALUE = "graph_value"
+PROVENANCE_KEY = "fused_from"
 
 # dtype name (as torch and the docs spell it) -> (numpy dtype, safetensors dtype code)
 DTYPES: dict[str, tuple[np.dtype, str]] = {
