@@ -122,12 +122,17 @@ class _Aligner:
                     self.note.setdefault(ti, note)
                     continue
                 cands = last if r.role == "output" else first if r.role == "input" else group_pos
-                gi = self._fusion_partner(r, cands)
+                gi = self._same_value(r, group_pos) if self._graph_only(r) else self._fusion_partner(r, cands)
                 if gi is not None and self.pair(gi, ti, MATCH_FUSION, note):
                     self.group[ti] = [self.G[i] for i in group_pos]
             for gi in group_pos:
                 if self.t_of_g[gi] < 0:
                     self.fused_away[gi] = node
+
+    def _same_value(self, r: Record, cands: list[int]) -> int | None:
+        """A free golden record of the group holding the very tensor `r` holds (graph captures)."""
+        return next((i for i in cands if self.t_of_g[i] < 0 and self.G[i].role == r.role
+                     and self.G[i].extra.get("tensor") == r.extra.get("tensor")), None)
 
     def _fusion_partner(self, r: Record, cands: list[int]) -> int | None:
         free = [i for i in cands if self.t_of_g[i] < 0]

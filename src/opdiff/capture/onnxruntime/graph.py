@@ -109,7 +109,7 @@ def provenance(optimized: list[GNode], original: list[GNode]) -> None:
                 continue
             seen[src.name] = src
             stack.extend(x for x in src.inputs if x and x not in opt_values)
-        group = sorted(seen.values(), key=lambda n: n.index)
+        group = sorted((n for n in seen.values() if n.op != "Constant"), key=lambda n: n.index)
         node.fused_from = [n.name for n in group]
         if len(group) == 1 and group[0].op == node.op and group[0].name == node.name:
             node.module = group[0].module
