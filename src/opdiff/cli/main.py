@@ -23,7 +23,7 @@ def _register() -> None:
     from . import inspect_cmds
 
     inspect_cmds.register(cli)
-    for name in ("compare_cmd", "diagnose_cmd", "demo_cmd", "shell_cmd"):
+    for name in ("compare_cmd", "diagnose_cmd", "demo_cmd", "shell_cmd", "fusion_cmd"):
         try:
             mod = __import__(f"opdiff.cli.{name}", fromlist=["register"])
         except ModuleNotFoundError as exc:
