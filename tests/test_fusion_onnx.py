@@ -200,3 +200,15 @@ def test_bisect_finds_every_culprit_with_few_runs():
     assert sorted(b.culprits) == ["p11", "p3"]
     assert len(b.runs) <= 12
     assert bisect_switches(switches, lambda off: False).culprits is None
+
+
+def test_backend_context_manager_captures(tmp_path):
+    from opdiff.capture.onnxruntime.backend import BACKEND
+
+    model = mlp_model(tmp_path / "mlp.onnx")
+    assert BACKEND.handles(model) and BACKEND.handles(onnx.load(str(model))) and not BACKEND.handles(object())
+    x = {"x": np.ones((2, 8), np.float32)}
+    with BACKEND.capture(model, tmp_path / "d", opt_level="basic") as cap:
+        meta = cap.run(x)
+    assert meta["capture_backend"] == "onnxruntime" and meta["session"]["opt_level"] == "basic"
+    assert load(tmp_path / "d").complete
