@@ -8,13 +8,13 @@ STAMP  := $(VENV)/.installed
 # would pull a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e ".[torch,onnx,test]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[torch,onnx,test,lint]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -22,8 +22,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/opdiff demo --force
 
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest -n 2 -q
+
+# Layers (import-linter), style (ruff) and types (mypy, strict on the core): any violation fails `make test`.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) bench/capture_bench.py

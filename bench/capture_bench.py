@@ -23,8 +23,8 @@ import time
 import torch
 
 import opdiff
-from opdiff import zoo
 from opdiff.capture.stats_kernel import warm_up
+from opdiff.testing import zoo
 
 
 def dir_size(path: str) -> int:

@@ -36,8 +36,8 @@ MB = 1e6
 # dumps
 def build_big(out: Path, gb: float, records: int, seed: int = 0) -> dict:
     """Golden and target dumps with `gb` GB of fp32 per side; target = golden with 1e-6 relative noise."""
-    from opdiff.compare.synthetic import make_record, Tensor
     from opdiff.store.writer import DumpWriter
+    from opdiff.testing.synthetic import Tensor, make_record
 
     rng = np.random.default_rng(seed)
     sizes = np.exp(rng.uniform(np.log(256), np.log(16 << 20), records))
@@ -64,7 +64,7 @@ def build_big(out: Path, gb: float, records: int, seed: int = 0) -> dict:
 
 def build_small(out: Path, records: int = 40_000, seed: int = 1) -> dict:
     """40,000 small records (16 to 4,096 fp32 elements), the shape of a real module-level dump."""
-    from opdiff.compare.synthetic import Tensor, write_dump
+    from opdiff.testing.synthetic import Tensor, write_dump
 
     rng = np.random.default_rng(seed)
     sizes = rng.integers(16, 4096, records)
@@ -123,8 +123,9 @@ def child_compare(golden: str, target: str, workers: int, reports: str) -> dict:
 
 def child_align(n: int, scenario: str) -> dict:
     """Alignment of n records per side (no tensor data needed)."""
+    from opdiff.base.record import Record
     from opdiff.match import align_records
-    from opdiff.store.format import Record, node_name, record_name
+    from opdiff.store.format import node_name, record_name
 
     rng = np.random.default_rng(2)
 

@@ -6,10 +6,10 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from opdiff import zoo
 from opdiff.capture.torch.naming import flatten, flatten_call
 from opdiff.replay.torch_replay import decode as replay_decode
 from opdiff.store.format import node_name
+from opdiff.testing import zoo
 
 MODELS = ("gpt2", "llama", "bert", "vit", "t5", "resnet")
 

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import opdiff
-
 from capture_helpers import build
 
 OPDIFF = str(Path(sys.executable).with_name("opdiff"))

@@ -6,9 +6,18 @@ import pytest
 import torch
 
 import opdiff
-
-from capture_helpers import (MODELS, build, decode, from_dump, no_capture_left, outputs_equal, resolve, same_bits,
-                             scalar_output, to_np)
+from capture_helpers import (
+    MODELS,
+    build,
+    decode,
+    from_dump,
+    no_capture_left,
+    outputs_equal,
+    resolve,
+    same_bits,
+    scalar_output,
+    to_np,
+)
 
 MODES = ("tensor", "stats", "hash")
 

@@ -7,9 +7,8 @@ import pytest
 import torch
 
 import opdiff
-from opdiff.store.stats import content_hash, tensor_stats
-
 from capture_helpers import MODELS, build, no_capture_left, outputs_equal, same_bits, to_np, watch_modules
+from opdiff.store.stats import content_hash, tensor_stats
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -11,9 +11,8 @@ import pytest
 import torch
 
 import opdiff
-from opdiff.errors import DumpError, OpdiffError
-
 from capture_helpers import build, no_capture_left, outputs_equal, same_bits, to_np
+from opdiff.errors import DumpError, OpdiffError
 
 
 def test_training_steps_selected_parameters_once_per_step(tmp_path):

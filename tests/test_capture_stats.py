@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from capture_helpers import same_bits, to_np
 from opdiff.capture import stats_kernel
 from opdiff.capture.stats_kernel import CHUNK, array_stats
 from opdiff.capture.torch.tensors import device_stats, dtype_name, hash_of, host_copy, stats_of
 from opdiff.store.stats import content_hash, tensor_stats
-
-from capture_helpers import same_bits, to_np
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2,
           torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opdiff.compare.synthetic import Tensor, write_dump
+from opdiff.testing.synthetic import Tensor, write_dump
 
 OPDIFF = str(Path(sys.executable).with_name("opdiff"))
 RNG = np.random.default_rng(0)

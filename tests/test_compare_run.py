@@ -10,10 +10,10 @@ import pytest
 
 import opdiff
 from opdiff.compare import compare
-from opdiff.compare.synthetic import Tensor, write_dump
 from opdiff.errors import DumpError
 from opdiff.metrics import names as M
 from opdiff.metrics import tensor_metrics
+from opdiff.testing.synthetic import Tensor, write_dump
 
 RNG = np.random.default_rng(0)
 BASE = [

@@ -12,9 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import opdiff  # noqa: E402
-from opdiff import faults  # noqa: E402
-from opdiff.compare import compare  # noqa: E402
+import opdiff
+from opdiff.compare import compare
+from opdiff.testing import faults
 
 OPDIFF = str(Path(sys.executable).with_name("opdiff"))
 

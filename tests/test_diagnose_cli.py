@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from opdiff import faults, zoo  # noqa: E402
-from opdiff.capture import capture  # noqa: E402
+from opdiff.capture import capture
+from opdiff.testing import faults, zoo
 
 OPDIFF = str(Path(sys.executable).with_name("opdiff"))
 

@@ -12,9 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from opdiff import faults, load, zoo  # noqa: E402
-from opdiff.capture import capture  # noqa: E402
-from opdiff.diagnose import diagnose  # noqa: E402
+from opdiff import load
+from opdiff.capture import capture
+from opdiff.diagnose import diagnose
+from opdiff.testing import faults, zoo
 
 MODELS = ("gpt2", "llama", "bert", "vit", "t5", "resnet")
 

@@ -14,13 +14,13 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-from opdiff.capture.onnxruntime import capture_onnx  # noqa: E402
-from opdiff.compare import compare  # noqa: E402
-from opdiff.compare.result import MATCH_FUSION  # noqa: E402
-from opdiff.fusion.bisect import bisect_switches  # noqa: E402
-from opdiff.store.reader import load  # noqa: E402
+from opdiff.base.vocab import MATCH_FUSION
+from opdiff.capture.onnxruntime import capture_onnx
+from opdiff.compare import compare
+from opdiff.fusion.bisect import bisect_switches
+from opdiff.store import load
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 GELU_APPROX = "optimization.enable_gelu_approximation=1"

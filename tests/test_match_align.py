@@ -7,10 +7,10 @@ import random
 import numpy as np
 import pytest
 
-from opdiff.compare.synthetic import Tensor, make_record
+from opdiff.base.record import Record
 from opdiff.match import PROVENANCE_KEY, align_records, mapping_from_dict
 from opdiff.match.lcs import lcs, longest_increasing
-from opdiff.store.format import Record
+from opdiff.testing.synthetic import Tensor, make_record
 
 
 def rec(module: str, op: str, role: str = "output", pos: str = "0", shape=(2, 4), call: int = 0, **extra) -> Record:

@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from opdiff.base.record import Stats
 from opdiff.errors import OpdiffError
 from opdiff.metrics import names as M
 from opdiff.metrics import preset, stats_metrics, tensor_metrics, verdict
@@ -20,9 +21,8 @@ from opdiff.metrics.thresholds import (
     parse_expr,
     thresholds_from_dict,
 )
-from opdiff.store.format import Stats
 from opdiff.store.stats import tensor_stats
-from opdiff.compare.synthetic import Tensor, make_record
+from opdiff.testing.synthetic import Tensor, make_record
 
 DEFAULT = preset("default")
 RNG = np.random.default_rng(0)

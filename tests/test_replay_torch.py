@@ -8,11 +8,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from opdiff import faults, load  # noqa: E402
-from opdiff.capture import capture  # noqa: E402
-from opdiff.errors import OpdiffError  # noqa: E402
-from opdiff.replay import find_node, replay  # noqa: E402
-from opdiff.replay.torch_replay import arg_differences, decode, to_numpy, to_torch  # noqa: E402
+from opdiff import load
+from opdiff.capture import capture
+from opdiff.errors import OpdiffError
+from opdiff.replay import find_node, replay
+from opdiff.replay.torch_replay import arg_differences, decode, to_numpy, to_torch
+from opdiff.testing import faults
 
 
 def _pair(tmp_path, model_name: str, fault: str, level: str, **kw):

@@ -12,9 +12,9 @@ import pytest
 from rich.console import Console
 
 from opdiff.compare import compare
-from opdiff.compare.synthetic import Tensor, write_dump
 from opdiff.report import SCHEMA, SCHEMA_VERSION, print_summary, write_csv, write_json, write_xlsx
 from opdiff.report.table import ID_COLUMNS, TAIL_COLUMNS
+from opdiff.testing.synthetic import Tensor, write_dump
 
 RNG = np.random.default_rng(0)
 G = [Tensor(f"h.{i}", "Linear", "output", "0", RNG.standard_normal((4, 8)).astype(np.float32)) for i in range(5)]

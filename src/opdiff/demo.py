@@ -1,6 +1,6 @@
 """`opdiff demo`: the whole job end to end on a real transformer, with a fault kept secret.
 
-Builds a model from opdiff.zoo, runs golden and a target carrying a fault picked at random
+Builds a model from opdiff.testing.zoo, runs golden and a target carrying a fault picked at random
 (revealed only after the diagnosis), captures both, compares, diagnoses, writes the reports,
 and says whether the diagnosis found the fault. Needs torch and transformers.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 from rich.console import Console
 
+from .base.outdir import claim_dir
 from .errors import OpdiffError
-from .outdir import claim_dir
 
 # what the demo may secretly inject: real faults mostly, sometimes a benign change or other inputs
 DEMO_FAULTS = ("norm_eps", "activation", "weight_row", "attention_scale", "softmax_fp16", "linear_bf16_input",
@@ -59,7 +59,7 @@ def _size(model: str) -> dict[str, Any]:
 
 def pick(model_name: str, seed: int | None, fault: str | None) -> tuple[str, int | None]:
     """The secret: which fault, in which block (None: the middle one)."""
-    from . import faults, zoo
+    from .testing import faults, zoo
 
     rng = random.Random(seed)
     model, _ = zoo.build(model_name, **_size(model_name))
@@ -76,13 +76,13 @@ def pick(model_name: str, seed: int | None, fault: str | None) -> tuple[str, int
 def run_demo(out: str | Path = "opdiff-demo", *, model: str = "gpt2", level: str = "aten", force: bool = False,
              fault: str | None = None, seed: int | None = None, console: Console | None = None) -> DemoResult:
     """Run the demo; the fault stays hidden until the diagnosis is printed."""
-    from . import faults, zoo
     from .capture import capture
     from .compare import compare
     from .diagnose import diagnose
     from .diagnose.report import render, write_json
     from .report import WRITERS, print_summary, write_html
     from .store import load
+    from .testing import faults, zoo
 
     c = console or Console()
     if model not in zoo.BUILDERS:

@@ -1,12 +1,5 @@
-"""Errors a user can cause (bad paths, corrupt dumps, wrong options).
+"""Public home of opdiff's user-facing errors (they live in the base layer: opdiff.base.errors)."""
 
-The CLI prints these as one line and exits 2; anything else is a bug and keeps its traceback.
-"""
+from .base.errors import DumpError, OpdiffError
 
-
-class OpdiffError(Exception):
-    """A user-facing error: the message names the file and the problem in one line."""
-
-
-class DumpError(OpdiffError):
-    """A dump directory, index or shard is missing, truncated, foreign or corrupt."""
+__all__ = ["DumpError", "OpdiffError"]

@@ -1,14 +1,29 @@
-"""Capture a run into a dump. Each framework lives in its own module, imported only when used."""
+"""Capture a run into a dump. One backend per framework (capture/<framework>/), imported only when used."""
 
 from __future__ import annotations
 
+import os
+from contextlib import AbstractContextManager
+from typing import Any
 
-def capture(model, path, **options):
-    """Pick the capture for `model`'s framework (today: PyTorch nn.Module)."""
-    mod = type(model).__module__ or ""
-    for cls in type(model).__mro__:
-        if (cls.__module__ or "").startswith("torch"):
-            from .torch import capture as torch_capture
+from .backend import CaptureBackend, LazyBackend
+from .onnxruntime.backend import BACKEND as ONNXRUNTIME
 
-            return torch_capture(model, path, **options)
-    raise TypeError(f"opdiff.capture: no capture for a model of type {type(model).__name__} (from {mod})")
+# The first backend whose handles(model) is true captures it. Add a framework with one line here.
+BACKENDS: tuple[CaptureBackend, ...] = (
+    LazyBackend("torch", "opdiff.capture.torch", ("torch",)),
+    ONNXRUNTIME,
+)
+
+
+def capture(model: Any, path: str | os.PathLike[str], **options: Any) -> AbstractContextManager[Any]:
+    """Capture every module / API / op call of `model` into a dump at `path` (a context manager).
+
+    Dispatches on the model's framework; see each backend's capture() for its options
+    (opdiff.capture.torch.capture for PyTorch)."""
+    for backend in BACKENDS:
+        if backend.handles(model):
+            return backend.capture(model, path, **options)
+    kind = f"{type(model).__module__}.{type(model).__name__}"
+    known = ", ".join(b.framework for b in BACKENDS)
+    raise TypeError(f"opdiff.capture: no capture for a model of type {kind} (backends: {known})")

@@ -25,13 +25,13 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-import ml_dtypes
 import numba as nb
 import numpy as np
 from numba import types
 from numba.extending import overload
 
-from ..store.format import Stats, numpy_dtype
+from ..base.record import Stats
+from ..store.format import numpy_dtype
 
 CHUNK = 1 << 16  # elements per work item; fixed so that results do not depend on the thread count
 _OUT = 7  # per chunk: sum, sum of squares, finite, nan, posinf, neginf, zeros

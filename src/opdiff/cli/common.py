@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..errors import DumpError
-from ..store.reader import Dump, load
+from ..base.errors import DumpError
+from ..store import Dump, load
 
 
 def open_dump(path: str, rank: int | None, step: int | None, allow_partial: bool, verb: str = "compare") -> Dump:

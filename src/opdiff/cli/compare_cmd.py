@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import OpdiffError
-from ..outdir import claim_dir
+from ..base.errors import OpdiffError
+from ..base.outdir import claim_dir
 from .common import open_dump
 
 FORMATS = ("csv", "xlsx", "json", "html")
@@ -65,9 +65,8 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     Exits 0 when everything passes, 1 when something fails, 2 on bad input.
     """
     from ..match.mapping import load_mapping
-    from ..metrics.thresholds import load_thresholds, parse_expr
+    from ..metrics.thresholds import load_thresholds, parse_expr, with_rules
     from ..metrics.thresholds import preset as get_preset
-    from ..metrics.thresholds import with_rules
 
     fmts = _formats(formats)
     th = load_thresholds(thresholds_file, base=preset) if thresholds_file else get_preset(preset)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..zoo import BUILDERS
+from ..testing.zoo import BUILDERS
 
 
 @click.command("demo")
@@ -12,10 +12,10 @@ from ..zoo import BUILDERS
               help="Directory for the dumps and reports.")
 @click.option("--force", is_flag=True, help="Replace the demo's earlier outputs in --out.")
 @click.option("--model", type=click.Choice(sorted(BUILDERS)), default="gpt2", show_default=True,
-              help="Architecture from opdiff.zoo.")
+              help="Architecture from opdiff.testing.zoo.")
 @click.option("--level", type=click.Choice(["module", "api", "aten"]), default="aten", show_default=True,
               help="Capture level.")
-@click.option("--fault", default=None, help="Inject this fault instead of a secret random one (see opdiff.faults).")
+@click.option("--fault", default=None, help="Inject this fault instead of a secret random one (see opdiff.testing.faults).")
 @click.option("--seed", type=int, default=None, help="Seed of the secret pick, to repeat a demo.")
 def demo_cmd(out, force, model, level, fault, seed):
     """Run golden and a faulty target of a real model, then capture, compare and diagnose them.

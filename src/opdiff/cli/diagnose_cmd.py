@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ..errors import OpdiffError
+from ..base.errors import OpdiffError
 from .common import open_dump
 
 LEVELS = ("module", "api", "aten")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from ..errors import OpdiffError
+from ..base.errors import OpdiffError
 
 
 def _onnx_options(f):

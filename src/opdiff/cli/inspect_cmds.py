@@ -6,9 +6,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import DumpError
+from ..base.errors import DumpError
+from ..base.record import Record
 from ..store import load
-from ..store.format import Record, numpy_dtype
+from ..store.format import numpy_dtype
 
 
 def fmt_num(x: float | int | None) -> str:

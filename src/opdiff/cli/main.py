@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from .. import __version__
-from ..errors import OpdiffError
+from ..base.errors import OpdiffError
+from ..base.version import __version__
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -20,17 +20,20 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from . import inspect_cmds
+    """Register every command module of this package (`*_cmd.py`, plus inspect_cmds): no silent skip."""
+    import pkgutil
+    from importlib import import_module
 
-    inspect_cmds.register(cli)
-    for name in ("compare_cmd", "diagnose_cmd", "demo_cmd", "shell_cmd", "fusion_cmd"):
-        try:
-            mod = __import__(f"opdiff.cli.{name}", fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name != f"opdiff.cli.{name}":
-                raise
-            continue
-        mod.register(cli)
+    names = sorted(m.name for m in pkgutil.iter_modules(_pkg_path())
+                   if m.name.endswith("_cmd") or m.name == "inspect_cmds")
+    for name in names:
+        import_module(f"opdiff.cli.{name}").register(cli)
+
+
+def _pkg_path() -> list[str]:
+    from pathlib import Path
+
+    return [str(Path(__file__).parent)]
 
 
 _register()

@@ -7,27 +7,21 @@ unreadable shard) is a DumpError; a single bad tensor makes only its pair N/A (s
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..errors import DumpError
-from ..match.align import Pair, align
-from ..match.mapping import Mapping, load_mapping
-from ..metrics import names as M
-from ..metrics.hash_mode import hash_equal, hash_metrics
-from ..metrics.stats_mode import stats_metrics
-from ..metrics.tensor import ERR_MESSAGE, TensorDataError, TensorSource, Workspace, pair_metrics
-from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower_precision, preset
-from ..metrics.verdict import verdict
-from ..store.format import FLOAT_DTYPES, Record
-from ..store.reader import Dump, load
-from .result import (
+import numpy as np
+
+from ..base.errors import DumpError
+from ..base.pair import PairResult
+from ..base.record import Record
+from ..base.vocab import (
     FAIL,
     MATCH_FUSION,
     NA,
@@ -38,8 +32,17 @@ from .result import (
     STATUS_SHAPE_MISMATCH,
     STATUS_UNMATCHED,
     WARNING,
-    PairResult,
 )
+from ..match.align import Pair, align
+from ..match.mapping import Mapping, load_mapping
+from ..metrics import names as M
+from ..metrics.hash_mode import hash_equal, hash_metrics
+from ..metrics.stats_mode import stats_metrics
+from ..metrics.tensor import ERR_MESSAGE, TensorDataError, TensorSource, Workspace, pair_metrics
+from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower_precision, preset
+from ..metrics.verdict import verdict
+from ..store import Dump, load
+from ..store.format import FLOAT_DTYPES, dtype_name
 
 MODES = ("auto", "tensor", "stats", "hash")
 CUT_OFF_NOTE = "beyond the end of the cut-off"
@@ -135,17 +138,19 @@ def _pair_mode(mode: str, g: Record, t: Record) -> tuple[str | None, str]:
 
 
 def _source(dump: Dump, rec: Record) -> TensorSource:
-    """Where a record's data lies in its shard, checked against the record."""
-    assert rec.data is not None
-    h = dump.header(rec.data["file"])
-    entry = h.entries.get(rec.data["key"])
-    if entry is None:
-        raise TensorDataError(f"{h.path}: shard has no tensor {rec.data['key']!r}")
-    dtype, shape, start, end = entry
-    if dtype != rec.dtype or math.prod(shape) != rec.numel:  # a scalar stored as [1] is the same data
-        raise TensorDataError(f"{h.path}: tensor {rec.data['key']!r} is {dtype}{list(shape)} in the shard but "
-                              f"{rec.dtype}{list(rec.shape)} in the index")
-    return TensorSource(dtype=dtype, shape=tuple(rec.shape), path=h.path, offset=start, hash=rec.hash, label=rec.name)
+    """Where a record's data lies (a span of a file, or an array), checked against the record."""
+    src = dump.span(rec)
+    if isinstance(src, np.ndarray):
+        if src.size != rec.numel:
+            raise TensorDataError(f"{dump.root}: tensor {rec.name!r} holds {src.size} elements but its record says "
+                                  f"{rec.dtype}{list(rec.shape)}")
+        return TensorSource(dtype=dtype_name(src.dtype), shape=tuple(rec.shape), array=src.reshape(-1),
+                            hash=rec.hash, label=rec.name)
+    if src.dtype != rec.dtype or src.numel != rec.numel:  # a scalar stored as [1] is the same data
+        raise TensorDataError(f"{src.path}: tensor {rec.name!r} is {src.dtype}{list(src.shape)} in the file but "
+                              f"{rec.dtype}{list(rec.shape)} in the record")
+    return TensorSource(dtype=src.dtype, shape=tuple(rec.shape), path=src.path, offset=src.offset, hash=rec.hash,
+                        label=rec.name)
 
 
 def _range(rec: Record) -> tuple[float | None, float | None, float] | None:
@@ -228,16 +233,6 @@ def _dump_mode(golden: Dump, target: Dump) -> str:
     return "hash"
 
 
-def check_shards(dump: Dump) -> None:
-    """Every shard the index refers to exists, has a sound header and holds all its bytes (else DumpError)."""
-    files = {r.data["file"] for r in dump.records if r.data is not None}
-    for rel in sorted(files):
-        h = dump.header(rel)
-        end = max((e[3] for e in h.entries.values()), default=0)
-        if end > h.size:
-            raise DumpError(f"{h.path}: truncated shard ({h.size} bytes, its header needs {end})")
-
-
 def _as_dump(d: Dump | str | os.PathLike) -> Dump:
     return d if isinstance(d, Dump) else load(d)
 
@@ -274,7 +269,7 @@ def default_workers() -> int:
 
 def _mark_cut_off(results: list[PairResult], golden: Dump, target: Dump) -> None:
     """Unmatched records past the end of a cut-off dump are expected: say so."""
-    for side, other, dump in (("golden", "target", target), ("target", "golden", golden)):
+    for other, dump in (("target", target), ("golden", golden)):
         if dump.complete:
             continue
         last = max((i for i, r in enumerate(results) if r.golden is not None and r.target is not None), default=-1)
@@ -311,8 +306,8 @@ def compare(
     elif isinstance(thresholds, (str, os.PathLike)):
         thresholds = load_thresholds(thresholds)
     if mode in ("auto", "tensor"):
-        check_shards(golden)
-        check_shards(target)
+        golden.check()
+        target.check()
     pairs = align(golden, target, mapping)
     g_floor, t_floor = precision_floors(golden.records), precision_floors(target.records)
     floors = [lower_precision(g_floor[p.golden.name], t_floor[p.target.name])

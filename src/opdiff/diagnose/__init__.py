@@ -6,14 +6,8 @@ verdict: pass | inputs-differ | overflow | fault | drift. numpy only; replay (wh
 framework) is imported lazily and skipped when unavailable.
 """
 
-from .verdict import VERDICTS, Diagnosis
+from ..base.vocab import VERDICTS
+from .run import diagnose
+from .verdict import Diagnosis
 
 __all__ = ["VERDICTS", "Diagnosis", "diagnose"]
-
-
-def __getattr__(name: str):
-    if name == "diagnose":
-        from .run import diagnose
-
-        return diagnose
-    raise AttributeError(name)

@@ -13,11 +13,13 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..compare.result import MATCH_SEQUENCE, PairResult
-from ..errors import DumpError
-from ..store.format import Record
-from ..store.reader import Dump
-from .noise import has_fill, masked_error, pair_error, unit
+from ..base.errors import DumpError
+from ..base.pair import PairResult
+from ..base.record import Record
+from ..base.vocab import MATCH_SEQUENCE
+from ..metrics.thresholds import unit
+from ..store import Dump
+from .noise import has_fill, masked_error, pair_error
 
 
 @dataclass

@@ -9,14 +9,15 @@ comparison itself (docs/diagnose.md, "Noise").
 from __future__ import annotations
 
 import math
-
-import numpy as np
 from dataclasses import dataclass, field
 
-from ..compare.result import PairResult
+import numpy as np
+
+from ..base.pair import PairResult
+from ..base.record import Record, Stats
 from ..metrics.tensor import tensor_metrics
-from ..metrics.thresholds import ROUNDING_UNIT
-from ..store.format import FLOAT_DTYPES, Record, Stats
+from ..metrics.thresholds import ROUNDING_UNIT, SIGNIFICANT
+from ..store.format import FLOAT_DTYPES
 
 UNIT: dict[str, float] = ROUNDING_UNIT  # the largest relative error one rounding makes, per dtype
 # largest finite value of each float dtype: beyond it a cast overflows
@@ -31,16 +32,9 @@ RANGE: dict[str, float] = {
 
 # defaults of the calibration (docs/diagnose.md): an op's own error must exceed
 #   max(SIGNIFICANT * floor * unit, AMPLIFICATION * inherited error)
-SIGNIFICANT = 32.0  # units of rounding above which a fresh error is no rounding noise
 AMPLIFICATION = 8.0  # how much an op may legitimately amplify the relative error of its inputs
 DRIFT = 16.0
 FILL = 0.5  # |x| beyond this share of the dtype's range is a mask fill value (finfo.min), not data  # output error (in units of the run's coarsest precision) above which error has drifted
-
-
-def unit(*dtypes: str | None) -> float:
-    """Rounding unit of the lowest-precision float dtype among `dtypes`; 0 when none is a float."""
-    units = [UNIT[d] for d in dtypes if d in UNIT]
-    return max(units) if units else 0.0
 
 
 def is_float(dtype: str | None) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..compare.result import STATUS_UNMATCHED
-from ..errors import OpdiffError
-from ..store.reader import Dump, load
+from ..base.errors import OpdiffError
+from ..base.vocab import STATUS_UNMATCHED
+from ..store import Dump, load
 from .graph import Graph, build
 from .inputs import differing_inputs
 from .local import calibrate, events

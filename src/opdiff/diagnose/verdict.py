@@ -12,7 +12,6 @@ from .local import Event, contributions
 from .noise import DRIFT, Noise
 from .overflow import Overflow
 
-VERDICTS = ("pass", "inputs-differ", "overflow", "fault", "drift")
 SCHEMA_VERSION = 1
 # an event this many times weaker than the strongest is not taken as the culprit just for being earlier
 CULPRIT_MARGIN = 1e3
@@ -340,7 +339,7 @@ def _output_errors(graph: Graph) -> list[tuple[Tensor, float]]:
 
 
 def _node_evidence(graph: Graph, node: Node, t: Tensor) -> dict[str, Any]:
-    pick = lambda ids: [tensor_info(graph, graph.tensors[i]) for i in ids[:8]]  # noqa: E731
+    pick = lambda ids: [tensor_info(graph, graph.tensors[i]) for i in ids[:8]]
     ev = {"inputs": pick(node.inputs), "parameters": pick(node.params), "outputs": pick(node.outputs)}
     if t.id not in node.inputs + node.outputs + node.params:
         ev["diverging"] = [tensor_info(graph, t)]

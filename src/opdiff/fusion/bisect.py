@@ -7,8 +7,8 @@ says whether it agrees with the golden run. Results are memoised, so each set ru
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..base.outdir import claim_dir
 from ..capture.onnxruntime import capture_onnx, load_model
 from ..capture.onnxruntime.inputs import load_npz
 from ..compare.run import Comparison, compare
-from ..outdir import claim_dir
 from .bisect import Bisection, bisect_switches
 from .switchfile import switch_doc, write_switches
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..compare.docfile import read_doc
+from ..base.docfile import read_doc
 
 SWITCH_FORMAT = "opdiff-fusion-switches"
 

@@ -24,9 +24,17 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
-from ..compare.result import MATCH_FUSION, MATCH_MAPPING, MATCH_NAME, MATCH_SEQUENCE, UNMATCHED
-from ..store.format import GRAPH_VALUE, PROVENANCE_KEY, Record
-from ..store.reader import Dump
+from ..base.record import Record
+from ..base.vocab import (
+    GRAPH_VALUE,
+    MATCH_FUSION,
+    MATCH_MAPPING,
+    MATCH_NAME,
+    MATCH_SEQUENCE,
+    PROVENANCE_KEY,
+    UNMATCHED,
+)
+from ..store import Dump
 from .lcs import lcs, longest_increasing
 from .mapping import Mapping
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..compare.docfile import read_doc
+from ..base.docfile import read_doc
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store.format import Record
+from ..base.record import Record
 from . import names as M
 from .names import ERR_MESSAGE
 

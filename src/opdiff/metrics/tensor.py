@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from ..errors import DumpError
+from ..base.errors import DumpError
 from ..store.format import dtype_name, numpy_dtype
 from . import kernel as K
 from . import names as M
@@ -51,7 +51,7 @@ class TensorSource:
         return math.prod(self.shape)
 
     @classmethod
-    def of(cls, arr: np.ndarray, label: str = "") -> "TensorSource":
+    def of(cls, arr: np.ndarray, label: str = "") -> TensorSource:
         arr = np.asarray(arr)
         return cls(dtype=dtype_name(arr.dtype), shape=tuple(arr.shape), array=arr.reshape(-1), label=label)
 
@@ -96,7 +96,7 @@ class Workspace:
                 pass
         self._maps.clear()
 
-    def __enter__(self) -> "Workspace":
+    def __enter__(self) -> Workspace:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..compare.docfile import read_doc
-from ..errors import OpdiffError
+from ..base.docfile import read_doc
+from ..base.errors import OpdiffError
 from ..store.format import FLOAT_DTYPES
 from . import names as M
 
@@ -33,6 +33,14 @@ ANY_CLASS = "*"
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq}
 _COND_RE = re.compile(r"^\s*(<=|>=|==|<|>)?\s*([-+0-9.eE]+|inf)\s*(u?)\s*$")
 _EXPR_RE = re.compile(r"^\s*([A-Za-z][\w ]*?)\s*(<=|>=|==|<|>)\s*(\S+)\s*$")
+SIGNIFICANT = 32.0  # units of rounding above which a fresh error is no rounding noise (docs/diagnose.md)
+
+
+def unit(*dtypes: str | None) -> float:
+    """Rounding unit of the lowest-precision float dtype among `dtypes`; 0 when none is a float."""
+    units = [ROUNDING_UNIT[d] for d in dtypes if d in ROUNDING_UNIT]
+    return max(units) if units else 0.0
+
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,7 @@ class Condition:
         return f"{self.metric} {self.op} {_fmt(self.value)}{'u' if self.in_u else ''}"
 
     @classmethod
-    def parse(cls, metric: str, spec: Any) -> "Condition":
+    def parse(cls, metric: str, spec: Any) -> Condition:
         """From a bare number (<= or >= by the metric's direction) or a string like "<0.01", ">=0.99", "64u"."""
         default_op = ">=" if metric in M.HIGHER_IS_BETTER else "<="
         if isinstance(spec, bool):

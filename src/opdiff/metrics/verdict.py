@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..compare.result import FAIL, NA, PASS, WARNING
+from ..base.vocab import FAIL, NA, PASS, WARNING
 from . import names as M
 from .thresholds import Condition, Thresholds, dtype_class
 

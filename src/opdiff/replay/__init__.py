@@ -11,8 +11,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import OpdiffError
-from ..store.reader import Dump
+from ..base.errors import OpdiffError
+from ..store import Dump
 
 
 @dataclass

@@ -13,12 +13,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..base.errors import DumpError
+from ..base.record import Record
 from ..capture.torch.naming import flatten
-from ..diagnose.noise import SIGNIFICANT, unit
-from ..errors import DumpError
 from ..metrics import tensor_metrics
-from ..store.format import Record
-from ..store.reader import Dump
+from ..metrics.thresholds import SIGNIFICANT, unit
+from ..store import Dump
 from . import ReplayResult
 
 

@@ -8,7 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..compare.result import FAIL, NA, PASS, WARNING, PairResult
+from ..base.pair import PairResult
+from ..base.vocab import FAIL, NA, PASS, WARNING
 from ..compare.run import Comparison
 from ..metrics import names as M
 

@@ -10,11 +10,11 @@ import math
 import os
 from typing import Any
 
-from .. import __version__
-from ..compare.result import PairResult
+from ..base.pair import PairResult
+from ..base.record import Record
+from ..base.version import __version__
 from ..compare.run import Comparison
-from ..store.format import Record
-from ..store.reader import Dump
+from ..store import Dump
 from .table import ACCURACY_REACHED
 
 SCHEMA = "opdiff-compare"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..compare.result import FAIL, NA, PASS, WARNING, PairResult
+from ..base.pair import PairResult
+from ..base.vocab import FAIL, NA, PASS, WARNING
 from ..metrics import names as M
 
 ID_COLUMNS = (

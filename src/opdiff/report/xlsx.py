@@ -7,7 +7,7 @@ import os
 
 import xlsxwriter
 
-from ..compare.result import FAIL, PASS, WARNING
+from ..base.vocab import FAIL, PASS, WARNING
 from ..compare.run import Comparison
 from .table import columns, row
 

@@ -1,10 +1,14 @@
-"""The dump format on disk: records in an append-only index, tensors in safetensors shards.
+"""Dumps on disk: the record schema, opdiff's own format (writer and reader), and the readers of other formats.
 
-See docs/format.md. Nothing here imports a deep-learning framework.
+`load(path)` recognises the format; every reader hands the pipeline a `Dump` (source.py). Nothing
+here imports a deep-learning framework.
 """
 
-from .format import FORMAT_VERSION, Record, Stats
-from .reader import Dump, load, list_parts
+from ..base.record import Record, Stats
+from .format import FORMAT_VERSION
+from .readers import READERS, find_reader, list_parts, load
+from .source import Dump, TensorSpan
 from .writer import DumpWriter
 
-__all__ = ["FORMAT_VERSION", "Record", "Stats", "Dump", "load", "list_parts", "DumpWriter"]
+__all__ = ["FORMAT_VERSION", "READERS", "Record", "Stats", "Dump", "TensorSpan", "load", "list_parts", "find_reader",
+           "DumpWriter"]

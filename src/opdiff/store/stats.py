@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import xxhash
 
-from .format import FLOAT_DTYPES, Stats, dtype_name
+from ..base.record import Stats
+from .format import FLOAT_DTYPES, dtype_name
 
 
 def tensor_stats(arr: np.ndarray) -> Stats:
@@ -52,6 +53,6 @@ def content_hash(data: bytes | memoryview | np.ndarray, dtype: str, shape: tuple
     h = xxhash.xxh3_64()
     h.update(f"{dtype}{list(shape)}".encode())
     if isinstance(data, np.ndarray):
-        data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        data = np.ascontiguousarray(data).view(np.uint8).reshape(-1).data
     h.update(data)
     return "xxh3:" + h.hexdigest()

@@ -17,14 +17,16 @@ import shutil
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .. import __version__
-from ..errors import DumpError
-from ..outdir import claim_dir
+from ..base.errors import DumpError
+from ..base.outdir import claim_dir
+from ..base.record import Record
+from ..base.version import __version__
 from .format import (
     DTYPES,
     FORMAT_NAME,
@@ -32,7 +34,6 @@ from .format import (
     INDEX_FILE,
     META_FILE,
     SHARD_DIR,
-    Record,
     part_dir,
 )
 
@@ -41,7 +42,7 @@ DEFAULT_SHARD_BYTES = 256 << 20
 DEFAULT_FLUSH_RECORDS = 512
 
 
-def prepare_run_dir(path: str | os.PathLike, overwrite: bool) -> Path:
+def prepare_run_dir(path: str | os.PathLike[str], overwrite: bool) -> Path:
     """Create an empty run directory; refuse an existing non-empty one unless `overwrite`."""
     root = Path(path)
     if claim_dir(root, overwrite, noun="directory", hint="use --force / overwrite=True", error=DumpError):
@@ -77,7 +78,7 @@ def write_safetensors(path: Path, items: list[tuple[str, str, np.ndarray]]) -> N
         f.write(safetensors_bytes_header(entries))
         for a in arrays:
             if a.nbytes:
-                f.write(memoryview(a.reshape(-1).view(np.uint8)))
+                f.write(a.reshape(-1).view(np.uint8).data)
     os.replace(tmp, path)
 
 
@@ -90,19 +91,19 @@ class _PartWriter:
         self.index = open(self.dir / INDEX_FILE, "a", encoding="utf-8")
         self.n_shards = 0
 
-    def flush(self, batch: list[tuple[Record | dict, np.ndarray | Record | None]]) -> None:
+    def flush(self, batch: list[tuple[Record | dict[str, Any], np.ndarray | Record | None]]) -> None:
         """Write a batch: the shard of its arrays first, then its index lines in order.
 
         An entry's second item is the record's array, None (no data), or an earlier Record whose
         data this record shares (the very same tensor captured twice); dict entries are call lines.
         """
-        items = [(rec, arr) for rec, arr in batch if isinstance(arr, np.ndarray)]
+        items = [(rec, arr) for rec, arr in batch if isinstance(arr, np.ndarray) and isinstance(rec, Record)]
         if items:
             rel = f"{SHARD_DIR}/{self.n_shards:06d}.safetensors"
             self.n_shards += 1
-            for rec, _ in items:
-                rec.data = {"file": rel, "key": rec.name}
-            write_safetensors(self.dir / rel, [(rec.name, rec.dtype, arr) for rec, arr in items])
+            for r, _ in items:
+                r.data = {"file": rel, "key": r.name}
+            write_safetensors(self.dir / rel, [(r.name, r.dtype, arr) for r, arr in items])
         lines = []
         for rec, arr in batch:
             if isinstance(rec, dict):
@@ -128,7 +129,7 @@ class DumpWriter:
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         meta: dict[str, Any] | None = None,
         *,
         overwrite: bool = False,
@@ -143,11 +144,11 @@ class DumpWriter:
         self.meta["parts"] = []
         self._write_meta()
         self._part: _PartWriter | None = None
-        self._batch: list[tuple[Record | dict, np.ndarray | Record | None]] = []
+        self._batch: list[tuple[Record | dict[str, Any], np.ndarray | Record | None]] = []
         self._batch_bytes = 0
         self._next_index = 0
         self._names: set[str] = set()
-        self._queue: queue.Queue = queue.Queue(maxsize=2)
+        self._queue: queue.Queue[tuple[Callable[..., None], tuple[Any, ...]] | None] = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._work, name="opdiff-writer", daemon=True)
         self._thread.start()
@@ -169,7 +170,7 @@ class DumpWriter:
             finally:
                 self._queue.task_done()
 
-    def _submit(self, fn, *args) -> None:
+    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         self._raise_pending()
         self._queue.put((fn, args))
 
@@ -267,10 +268,10 @@ class DumpWriter:
         tmp.write_text(json.dumps(self.meta, indent=2, default=str) + "\n", encoding="utf-8")
         os.replace(tmp, self.root / META_FILE)
 
-    def __enter__(self) -> "DumpWriter":
+    def __enter__(self) -> DumpWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.close(complete=exc_type is None)
 
 

@@ -14,7 +14,7 @@ class OrtCapture:
         self.model, self.path, self.options = model, path, options
         self.meta: dict[str, Any] | None = None
 
-    def __enter__(self) -> "OrtCapture":
+    def __enter__(self) -> OrtCapture:
         return self
 
     def __exit__(self, *exc: Any) -> None:

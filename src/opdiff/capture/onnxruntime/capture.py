@@ -22,8 +22,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ...errors import OpdiffError
-from ...store.format import GRAPH_VALUE, NUMPY_TO_NAME, PROVENANCE_KEY, Record, node_name, record_name
+from ...base.errors import OpdiffError
+from ...base.record import Record
+from ...base.vocab import GRAPH_VALUE, PROVENANCE_KEY
+from ...store.format import NUMPY_TO_NAME, node_name, record_name
 from ...store.stats import content_hash
 from ...store.writer import DumpWriter
 from ..stats_kernel import array_stats

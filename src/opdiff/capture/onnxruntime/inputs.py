@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import OpdiffError
+from ...base.errors import OpdiffError
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:

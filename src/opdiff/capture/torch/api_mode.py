@@ -54,7 +54,7 @@ def api_name(func) -> str | None:
 class ApiMode(TorchFunctionMode):
     """Records each top-level torch API call of the forward, attributed to the innermost module."""
 
-    def __init__(self, session: "CaptureSession"):
+    def __init__(self, session: CaptureSession):
         super().__init__()
         self.s = session
 

@@ -48,7 +48,7 @@ def aten_name(func) -> str | None:
 class AtenMode(TorchDispatchMode):
     """Records each aten op of forward (and, with backward=True, of backward)."""
 
-    def __init__(self, session: "CaptureSession"):
+    def __init__(self, session: CaptureSession):
         super().__init__()
         self.s = session
 

@@ -52,12 +52,12 @@ class Call:
     extra: dict[str, Any] | None = None
 
 
-def record_tensor(s: "CaptureSession", c: Call, t: torch.Tensor, role: str, pos: str, direction: str | None = None):
+def record_tensor(s: CaptureSession, c: Call, t: torch.Tensor, role: str, pos: str, direction: str | None = None):
     return s.recorder.record(t, node=c.node, module=c.module, op=c.op, level=c.level, call=c.call,
                              direction=direction or c.direction, role=role, pos=pos, source=c.source, extra=c.extra)
 
 
-def record_inputs(s: "CaptureSession", c: Call, args: tuple, kwargs: dict, base_op: str = "") -> None:
+def record_inputs(s: CaptureSession, c: Call, args: tuple, kwargs: dict, base_op: str = "") -> None:
     """Input records of a call, then its call line (tensors named by their input records)."""
     names: dict[str, str] = {}
     skip_self = base_op in OVERWRITE_SELF
@@ -82,7 +82,7 @@ def record_inputs(s: "CaptureSession", c: Call, args: tuple, kwargs: dict, base_
     s.recorder.call(line)
 
 
-def record_outputs(s: "CaptureSession", c: Call, out: Any, grad_hooks: bool) -> None:
+def record_outputs(s: CaptureSession, c: Call, out: Any, grad_hooks: bool) -> None:
     """Output records of a call; with `grad_hooks`, also the gradient of each output in backward."""
     for pos, t in flatten(out):
         record_tensor(s, c, t, "output", pos)
@@ -90,7 +90,7 @@ def record_outputs(s: "CaptureSession", c: Call, out: Any, grad_hooks: bool) -> 
             t.register_hook(partial(grad_hook, s, s.step_index, c, "output", pos))
 
 
-def grad_hook(s: "CaptureSession", step: int, c: Call, role: str, pos: str, grad: torch.Tensor) -> None:
+def grad_hook(s: CaptureSession, step: int, c: Call, role: str, pos: str, grad: torch.Tensor) -> None:
     """Record the gradient w.r.t. one input/output of a call (direction backward, same node)."""
     if not s.recording or s.step_index != step or grad is None:
         return

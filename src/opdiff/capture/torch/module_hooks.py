@@ -42,7 +42,7 @@ class Frame:
     grad_inputs: list | None = None  # (pos, tensor) of inputs whose gradient is wanted
 
 
-def install(s: "CaptureSession") -> list:
+def install(s: CaptureSession) -> list:
     """Hook every module of the model; returns the handles to remove."""
     handles = []
     for path, m in s.model.named_modules():
@@ -53,7 +53,7 @@ def install(s: "CaptureSession") -> list:
     return handles
 
 
-def _pre(s: "CaptureSession", path: str, op: str, is_root: bool, module, args: tuple, kwargs: dict):
+def _pre(s: CaptureSession, path: str, op: str, is_root: bool, module, args: tuple, kwargs: dict):
     if not s.recording:
         return None
     s.internal += 1
@@ -77,7 +77,7 @@ def _pre(s: "CaptureSession", path: str, op: str, is_root: bool, module, args: t
         s.internal -= 1
 
 
-def _post(s: "CaptureSession", path: str, op: str, is_root: bool, module, args: tuple, kwargs: dict, output: Any):
+def _post(s: CaptureSession, path: str, op: str, is_root: bool, module, args: tuple, kwargs: dict, output: Any):
     stack = s.stack
     if not stack or stack[-1].module is not module:
         return None
@@ -126,7 +126,7 @@ class _InputGrad:
         self.pos, self.pending, self.total = pos, 0, None
 
 
-def watch_input_grads(s: "CaptureSession", c: Call, inputs: list, output: Any, seq0: int) -> None:
+def watch_input_grads(s: CaptureSession, c: Call, inputs: list, output: Any, seq0: int) -> None:
     """Hook the autograd nodes made by this call that consume its inputs (no node is added to the graph)."""
     targets: dict[tuple[int, int], str] = {}
     leaves: dict[int, str] = {}
@@ -168,7 +168,7 @@ def watch_input_grads(s: "CaptureSession", c: Call, inputs: list, output: Any, s
         fn.register_hook(partial(_consumer_hook, s, s.step_index, c, edges, accs))
 
 
-def _consumer_hook(s: "CaptureSession", step: int, c: Call, edges: list, accs: dict, grad_inputs, grad_outputs) -> None:
+def _consumer_hook(s: CaptureSession, step: int, c: Call, edges: list, accs: dict, grad_inputs, grad_outputs) -> None:
     if not s.recording or s.step_index != step:
         return
     s.internal += 1

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from ...store.format import Record, Stats, node_name, record_name
+from ...base.record import Record, Stats
+from ...store.format import node_name, record_name
 from ...store.stats import content_hash
 from ...store.writer import DumpWriter
 from .naming import Counters

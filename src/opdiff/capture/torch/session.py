@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from functools import partial
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
-from ...errors import OpdiffError
+from ...base.errors import OpdiffError
 from ...store.format import node_name
 from ...store.writer import DumpWriter
 from . import module_hooks
@@ -123,7 +124,7 @@ class CaptureSession:
         }
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def __enter__(self) -> "CaptureSession":
+    def __enter__(self) -> CaptureSession:
         if self.writer is not None:
             raise OpdiffError("opdiff.capture: a capture session can be entered only once")
         self.writer = DumpWriter(self.path, self.meta(), overwrite=self.overwrite)

@@ -13,7 +13,8 @@ import math
 import numpy as np
 import torch
 
-from ...store.format import FLOAT_DTYPES, Stats, numpy_dtype
+from ...base.record import Stats
+from ...store.format import FLOAT_DTYPES, numpy_dtype
 from ...store.stats import content_hash
 from ..stats_kernel import array_stats, copy_with_stats
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
-from ..store.format import Record, dtype_name, node_name, record_name
+from ..base.record import Record
+from ..store.format import dtype_name, node_name, record_name
 from ..store.stats import content_hash, tensor_stats
 from ..store.writer import DumpWriter
 

@@ -1,16 +1,17 @@
-"""Fault injection on opdiff.zoo models, for the demo, the tests and the benches of diagnose.
+"""Fault injection on opdiff.testing.zoo models, for the demo, the tests and the benches of diagnose.
 
 Each fault changes a target model in place so that its module names stay identical to the
 golden model's, and says what a correct diagnosis is (verdict and, for faults, the module path).
-Needs torch (imported lazily); the models come from `opdiff.zoo`.
+Needs torch (imported lazily); the models come from `opdiff.testing.zoo`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 # verdicts a correct diagnosis gives for each kind of scenario
 EXPECTED = {"fault": ("fault",), "overflow": ("overflow",), "benign": ("pass", "drift"), "inputs": ("inputs-differ",)}
@@ -169,7 +170,7 @@ def _fused(module, bug_child: str | None = None) -> Iterator[None]:
             fn = None
             if child is bug:
                 # the fused kernel's bug: it reads this projection's weight in bf16
-                fn = lambda x, c=child: _linear_math(c, x, c.weight.to(torch.bfloat16).to(c.weight.dtype))  # noqa: E731
+                fn = lambda x, c=child: _linear_math(c, x, c.weight.to(torch.bfloat16).to(c.weight.dtype))
             swapped.append((parent, name, child))
             parent._modules[name] = _Direct(child, fn)
     try:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
-from ..errors import OpdiffError
+from .errors import OpdiffError
 
 T = TypeVar("T")
 
@@ -22,14 +23,17 @@ def read_doc(path: str | Path, what: str, parse: Callable[[Any], T]) -> T:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise OpdiffError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
-    try:
-        if path.suffix.lower() == ".json":
-            doc = json.loads(text)
-        else:
-            import yaml
+    import yaml
 
-            doc = yaml.safe_load(text)
+    try:
+        doc = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:  # syntax: one line, naming the file
+        raise OpdiffError(f"{path}: bad {what}: {_one_line(exc)}") from None
+    try:
         return parse(doc)
-    except Exception as exc:  # syntax or structure: one line, naming the file
-        msg = " ".join(str(exc).split())
-        raise OpdiffError(f"{path}: bad {what}: {msg}") from None
+    except (ValueError, OpdiffError) as exc:  # structure, as the parser reports it; anything else is a bug
+        raise OpdiffError(f"{path}: bad {what}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())

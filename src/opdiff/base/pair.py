@@ -1,4 +1,4 @@
-"""What a comparison produces: one PairResult per aligned pair, in execution order.
+"""A pair result: one aligned golden/target pair and what the comparison found, in execution order.
 
 This is the contract between compare (which fills it), diagnose (which reads it) and the
 reports (which print it). Metric keys use the column names users know from msaccucmp/msprobe.
@@ -9,24 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..store.format import Record
-
-# match kinds: how a pair was made
-MATCH_NAME = "name"  # same record name on both sides
-MATCH_SEQUENCE = "sequence"  # sequence alignment on (module, op, role, pos)
-MATCH_MAPPING = "mapping"  # a user mapping file: exact name or regex rename
-MATCH_FUSION = "fusion"  # many-to-one: one target op stands for several golden ops
-UNMATCHED = "unmatched"  # one side only
-
-# status of a pair: whether numbers could be computed at all
-STATUS_COMPARED = "compared"
-STATUS_SHAPE_MISMATCH = "shape-mismatch"
-STATUS_DTYPE_MISMATCH = "dtype-mismatch"  # only where the compare mode cannot bridge the dtypes (hash mode)
-STATUS_UNMATCHED = "unmatched"
-STATUS_ERROR = "error"  # data unreadable (corrupt tensor): metrics N/A, reason in err_message
-
-# results
-PASS, WARNING, FAIL, NA = "PASS", "WARNING", "FAIL", "N/A"
+from .record import Record
+from .vocab import NA
 
 
 @dataclass

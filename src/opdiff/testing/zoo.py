@@ -6,7 +6,8 @@ Used by `opdiff demo`, the tests and the benchmarks: nothing is downloaded. Each
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def _seeded(seed: int):

@@ -1,4 +1,4 @@
-"""Read a dump with numpy alone: records from the index, tensors memory-mapped from shards.
+"""Reader of opdiff's own format: records from the append-only index, tensors in safetensors shards.
 
 A run cut off mid-way loads up to its last complete record and says so (`Dump.complete`,
 `Dump.problems`); a corrupt file gets a DumpError naming the file and the problem.
@@ -11,21 +11,19 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import numpy as np
-
-from ..errors import DumpError
-from .format import (
+from ...base.errors import DumpError
+from ...base.record import Record
+from ..format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     INDEX_FILE,
     META_FILE,
     SAFETENSORS_TO_NAME,
-    Record,
-    numpy_dtype,
     part_dir,
 )
+from ..source import Dump, TensorSpan
 
 _PART_RE = re.compile(r"^rank(\d+)$")
 _STEP_RE = re.compile(r"^step(\d+)$")
@@ -112,7 +110,7 @@ def _find_run_root(path: Path) -> tuple[Path, int | None, int | None]:
     return path, None, None
 
 
-def list_parts(path: str | os.PathLike) -> list[tuple[int, int]]:
+def list_parts(path: str | os.PathLike[str]) -> list[tuple[int, int]]:
     """The (rank, step) parts present in a run directory, sorted."""
     root, _, _ = _find_run_root(Path(path))
     _read_meta(root)
@@ -157,31 +155,19 @@ def _read_index(index_path: Path) -> tuple[list[Record], list[str]]:
     return records, problems
 
 
+NAME = "opdiff"
+
+
 @dataclass
-class Dump:
-    """One (rank, step) part of a captured run: its records in execution order and their data."""
+class OpdiffDump(Dump):
+    """One (rank, step) part of a run captured by opdiff."""
 
-    root: Path
-    meta: dict[str, Any]
-    rank: int
-    step: int
-    records: list[Record]
-    parts: list[tuple[int, int]]
-    problems: list[str] = field(default_factory=list)
-    _by_name: dict[str, Record] = field(default_factory=dict, repr=False)
+    format = "opdiff"
     _headers: dict[str, ShardHeader] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        self._by_name = {r.name: r for r in self.records}
 
     @property
     def dir(self) -> Path:
         return self.root / part_dir(self.rank, self.step)
-
-    @property
-    def complete(self) -> bool:
-        """False when the capture stopped before closing the run or the index was cut off."""
-        return bool(self.meta.get("complete")) and not self.problems
 
     @property
     def calls(self) -> list[dict[str, Any]]:
@@ -196,65 +182,45 @@ class Dump:
                         continue
         return out
 
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __iter__(self) -> Iterator[Record]:
-        return iter(self.records)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._by_name
-
-    def __getitem__(self, name: str) -> Record:
-        try:
-            return self._by_name[name]
-        except KeyError:
-            raise KeyError(f"{self.root}: no record named {name!r}") from None
-
-    def get(self, name: str) -> Record | None:
-        return self._by_name.get(name)
-
-    def select(self, name: str | None = None, op: str | None = None, module: str | None = None) -> list[Record]:
-        """Records whose name / op / module match the given regexes (search, not full match)."""
-        pats = [(attr, re.compile(p)) for attr, p in (("name", name), ("op", op), ("module", module)) if p]
-        return [r for r in self.records if all(p.search(getattr(r, attr)) for attr, p in pats)]
-
     def header(self, rel: str) -> ShardHeader:
         h = self._headers.get(rel)
         if h is None:
             h = self._headers[rel] = read_shard_header(self.dir / rel)
         return h
 
-    def tensor(self, rec: Record | str, *, copy: bool = False) -> np.ndarray:
-        """The record's data as a numpy array (ml_dtypes for bf16/fp8), memory-mapped read-only."""
-        if isinstance(rec, str):
-            rec = self[rec]
+    def span(self, rec: Record) -> TensorSpan:
+        """Where the record's bytes lie in its shard, checked against the shard's header."""
         if rec.data is None:
             raise DumpError(f"{self.dir}: record {rec.name!r} has no tensor data (captured in stats or hash mode)")
-        rel, key = rec.data["file"], rec.data["key"]
-        h = self.header(rel)
-        entry = h.entries.get(key)
+        h = self.header(rec.data["file"])
+        entry = h.entries.get(rec.data["key"])
         if entry is None:
-            raise DumpError(f"{h.path}: shard has no tensor {key!r}")
+            raise DumpError(f"{h.path}: shard has no tensor {rec.data['key']!r}")
         dtype, shape, start, end = entry
-        np_dtype = numpy_dtype(dtype)
-        count = 1
-        for s in shape:
-            count *= s
-        if end - start != count * np_dtype.itemsize or end > h.size:
-            raise DumpError(f"{h.path}: tensor {key!r} is truncated or its offsets are wrong")
-        if count == 0:
-            return np.zeros(shape, dtype=np_dtype)
-        arr = np.memmap(h.path, dtype=np_dtype, mode="r", offset=start, shape=(count,))
-        arr = arr.reshape(shape)
-        return np.array(arr) if copy else arr
+        span = TensorSpan(path=h.path, offset=start, dtype=dtype, shape=tuple(rec.shape), hash=rec.hash)
+        if end - start != span.nbytes or end > h.size:
+            raise DumpError(f"{h.path}: tensor {rec.data['key']!r} is truncated or its offsets are wrong")
+        return span
 
-    def with_part(self, rank: int, step: int) -> "Dump":
-        """The same run's other (rank, step) part."""
-        return load(self.root, rank=rank, step=step)
+    def check(self) -> None:
+        """Every shard the index refers to exists, has a sound header and holds all its bytes."""
+        for rel in sorted({r.data["file"] for r in self.records if r.data is not None}):
+            h = self.header(rel)
+            end = max((e[3] for e in h.entries.values()), default=0)
+            if end > h.size:
+                raise DumpError(f"{h.path}: truncated shard ({h.size} bytes, its header needs {end})")
+
+    def with_part(self, rank: int, step: int) -> OpdiffDump:
+        return open_dump(self.root, rank=rank, step=step)
 
 
-def load(path: str | os.PathLike, *, rank: int | None = None, step: int | None = None) -> Dump:
+def recognise(path: Path) -> bool:
+    """A run directory with meta.json, or one of its rank*/step* parts."""
+    root, _, _ = _find_run_root(path)
+    return (root / META_FILE).exists()
+
+
+def open_dump(path: str | os.PathLike[str], rank: int | None = None, step: int | None = None) -> OpdiffDump:
     """Open a dump: a run directory (or one of its rank*/step* parts) and one (rank, step) of it.
 
     Without rank/step the first part present is opened (lowest rank, then lowest step).
@@ -272,6 +238,6 @@ def load(path: str | os.PathLike, *, rank: int | None = None, step: int | None =
         raise DumpError(f"{root}: no part for rank {rank} step {step} (has {have})")
     r, s = wanted[0]
     records, problems = _read_index(root / part_dir(r, s) / INDEX_FILE)
-    if not meta.get("complete"):
+    if meta.get("complete") is not True:
         problems.insert(0, f"{root / META_FILE}: capture did not finish (run was cut off or raised)")
-    return Dump(root=root, meta=meta, rank=r, step=s, records=records, parts=parts, problems=problems)
+    return OpdiffDump(root=root, meta=meta, rank=r, step=s, records=records, parts=parts, problems=problems)

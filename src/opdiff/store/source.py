@@ -1,0 +1,147 @@
+"""The reader interface: what every dump source gives the pipeline, whatever format it was read from.
+
+A `Dump` is one (rank, step) part of a run: its meta, its records in execution order, and each
+record's data as a `TensorSpan` (bytes on disk, read zero-copy in chunks by compare) or as an
+array already in memory. opdiff's own format is one implementation (readers/opdiff_format.py);
+each foreign format is another module in store/readers/ (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..base.errors import DumpError
+from ..base.record import Record
+from .format import numpy_dtype
+
+
+@dataclass(frozen=True)
+class TensorSpan:
+    """Where a record's elements lie: C-contiguous little-endian `dtype` elements at `offset` of `path`."""
+
+    path: Path
+    offset: int
+    dtype: str  # an opdiff dtype name (store/format.py)
+    shape: tuple[int, ...]
+    hash: str | None = None  # the record's content hash, verified while reading
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * numpy_dtype(self.dtype).itemsize
+
+
+@dataclass
+class Dump(ABC):
+    """One (rank, step) part of a run, in any format: records in execution order and their data."""
+
+    format: ClassVar[str] = ""
+
+    root: Path
+    meta: dict[str, Any]
+    rank: int
+    step: int
+    records: list[Record]
+    parts: list[tuple[int, int]]
+    problems: list[str] = field(default_factory=list)
+    _by_name: dict[str, Record] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_name = {r.name: r for r in self.records}
+
+    # -- what a format provides ---------------------------------------------------------------
+    @abstractmethod
+    def span(self, rec: Record) -> TensorSpan | np.ndarray:
+        """The record's data: where its bytes lie on disk, or an array in memory (DumpError if unreadable)."""
+
+    @abstractmethod
+    def with_part(self, rank: int, step: int) -> Dump:
+        """The same run's other (rank, step) part."""
+
+    def check(self) -> None:  # noqa: B027 - optional hook, a no-op for formats without a whole-file check
+        """A cheap check of the whole part before long work starts (DumpError); formats may add their own."""
+
+    @property
+    def complete(self) -> bool:
+        """False when the run was cut off (the format says it did not finish, or a file ends mid-record)."""
+        return bool(self.meta.get("complete") is True) and not self.problems
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """Call-description lines for replay; formats that keep none return []."""
+        return []
+
+    # -- shared by every format ---------------------------------------------------------------
+    def tensor(self, rec: Record | str, *, copy: bool = False) -> np.ndarray:
+        """The record's data as a numpy array (ml_dtypes for bf16/fp8), checked against the record."""
+        if isinstance(rec, str):
+            rec = self[rec]
+        if rec.data is None:
+            raise DumpError(f"{self.root}: record {rec.name!r} has no tensor data (captured in stats or hash mode)")
+        src = self.span(rec)
+        if isinstance(src, np.ndarray):
+            arr = src
+            if arr.size != rec.numel:
+                raise DumpError(f"{self.root}: record {rec.name!r} holds {arr.size} elements, its record says {rec.numel}")
+            arr = arr.reshape(rec.shape)
+            return arr.copy() if copy else arr
+        return _map_span(src, rec, copy)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __getitem__(self, name: str) -> Record:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"{self.root}: no record named {name!r}") from None
+
+    def get(self, name: str) -> Record | None:
+        return self._by_name.get(name)
+
+    def select(self, name: str | None = None, op: str | None = None, module: str | None = None) -> list[Record]:
+        """Records whose name / op / module match the given regexes (search, not full match)."""
+        pats = [(attr, _regex(p, attr)) for attr, p in (("name", name), ("op", op), ("module", module)) if p]
+        return [r for r in self.records if all(p.search(getattr(r, attr)) for attr, p in pats)]
+
+
+def _regex(pattern: str, what: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise DumpError(f"bad {what} pattern {pattern!r}: {exc}") from None
+
+
+def _map_span(span: TensorSpan, rec: Record, copy: bool) -> np.ndarray:
+    """Memory-map a span read-only, after checking it against its record and the file's real size."""
+    if span.numel != rec.numel or span.dtype != rec.dtype:
+        raise DumpError(f"{span.path}: tensor {rec.name!r} is {span.dtype}{list(span.shape)} in the file but "
+                        f"{rec.dtype}{list(rec.shape)} in the record")
+    np_dtype = numpy_dtype(span.dtype)
+    try:
+        size = span.path.stat().st_size
+    except OSError as exc:
+        raise DumpError(f"{span.path}: cannot read tensor file: {exc.strerror or exc}") from None
+    if span.offset < 0 or span.offset + span.nbytes > size:
+        raise DumpError(f"{span.path}: tensor {rec.name!r} is truncated or its offsets are wrong")
+    if span.numel == 0:
+        return np.zeros(rec.shape, dtype=np_dtype)
+    arr = np.memmap(span.path, dtype=np_dtype, mode="r", offset=span.offset, shape=(span.numel,)).reshape(rec.shape)
+    return np.array(arr) if copy else arr
