@@ -36,8 +36,10 @@ def _need_onnxruntime() -> None:
 @click.option("-o", "--out", "out", required=True, type=click.Path(), help="Dump directory to write.")
 @click.option("--mode", type=click.Choice(["tensor", "stats"]), default="tensor", show_default=True)
 @click.option("--switches", "switch_file", type=click.Path(), help="Switch file from `opdiff fusion`: passes to turn off.")
+@click.option("--level", type=click.Choice(["graph", "module"]), default="graph", show_default=True,
+              help="graph: every node; module: PyTorch module boundaries of an exported model (vs a torch golden).")
 @click.option("--force", is_flag=True, help="Overwrite an existing dump.")
-def capture_onnx_cmd(model, inputs, opt_level, disabled, session_config, out, mode, switch_file, force):
+def capture_onnx_cmd(model, inputs, opt_level, disabled, session_config, out, mode, switch_file, level, force):
     """Run MODEL (.onnx) in ONNX Runtime on INPUTS and record every node output of the graph it runs."""
     _need_onnxruntime()
     from ..capture.onnxruntime import capture_onnx, parse_config
@@ -51,11 +53,15 @@ def capture_onnx_cmd(model, inputs, opt_level, disabled, session_config, out, mo
         disabled += doc.get("disabled_optimizers") or []
         config = {**(doc.get("session_config") or {}), **config}
     meta = capture_onnx(model, inputs, out, opt_level=opt_level, disabled_optimizers=disabled,
-                        session_config=config, mode=mode, overwrite=force)
+                        session_config=config, mode=mode, level=level, overwrite=force)
     obs = meta["observed"]
     click.echo(f"captured {obs['tensors']} tensors of {obs['nodes']} nodes ({meta['graph']['fused_nodes']} fused) "
                f"-> {out}")
     click.echo(f"transformers fired: {', '.join(meta['transformers_fired']) or '(none)'}")
+    if level == "module":
+        mods = meta["modules"]
+        click.echo(f"module boundaries: {mods['modules']} modules, {len(mods['not_observable'])} tensors not observable "
+                   "(meta.json modules.not_observable)")
     if not obs["outputs_bitwise_equal"]:
         click.echo(f"warning: observing changed outputs {', '.join(obs['changed_outputs'])}", err=True)
         return 1

@@ -30,11 +30,14 @@ from ...store.stats import content_hash
 from ...store.writer import DumpWriter
 from ..stats_kernel import array_stats
 from . import session as S
+from .export import MODULES_KEY
 from .graph import GNode, is_rewritten, ordered_nodes, provenance
 from .inputs import check_feeds, load_npz
+from .modules import UNKNOWN_OP, boundaries, events, read_signatures
 
 ROOT_OP = "Graph"
 OPTIMIZED_FILE = "optimized.onnx"
+LEVELS = ("graph", "module")
 
 
 def load_model(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
@@ -111,16 +114,16 @@ class _Writer:
         self.first: dict[str, Record] = {}
         self.skipped = 0
 
-    def add(self, arr: np.ndarray, *, node: tuple[str, int], module: str, op: str, role: str, pos: int, tensor: str,
-            key: str, extra: dict[str, Any] | None = None) -> Record | None:
+    def add(self, arr: np.ndarray, *, node: tuple[str, int], module: str, op: str, role: str, pos: int | str, tensor: str,
+            key: str | None, extra: dict[str, Any] | None = None, level: str = "graph") -> Record | None:
         dtype = NUMPY_TO_NAME.get(np.dtype(arr.dtype)) if isinstance(arr, np.ndarray) else None
         if dtype is None:
             self.skipped += 1
             return None
         rec = Record(index=0, name=record_name(node[0], "forward", role, str(pos)), node=node[0], module=module, op=op,
-                     level="graph", call=node[1], direction="forward", role=role, pos=str(pos),
+                     level=level, call=node[1], direction="forward", role=role, pos=str(pos),
                      dtype=dtype, shape=tuple(int(s) for s in arr.shape),
-                     extra={"tensor": tensor, GRAPH_VALUE: key, **(extra or {})})
+                     extra={"tensor": tensor, **({GRAPH_VALUE: key} if key is not None else {}), **(extra or {})})
         prev = self.first.get(tensor)
         if prev is not None:
             rec.stats, rec.hash, rec.src = prev.stats, prev.hash, prev.name
@@ -137,14 +140,18 @@ class _Writer:
 def capture_onnx(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, np.ndarray] | str | os.PathLike,
                  path: str | os.PathLike, *, opt_level: str = "all", disabled_optimizers: list[str] | tuple = (),
                  session_config: dict[str, str] | None = None, providers: tuple[str, ...] = ("CPUExecutionProvider",),
-                 threads: int = 0, mode: str = "tensor", overwrite: bool = False) -> dict[str, Any]:
+                 threads: int = 0, mode: str = "tensor", level: str = "graph", overwrite: bool = False) -> dict[str, Any]:
     """Capture one ONNX Runtime run of `model` on `inputs` (dict or .npz path) into a dump at `path`.
 
     Returns the dump's meta. The run is the one a plain session with these settings performs: the
     outputs are checked bitwise against an unobserved session (meta["observation"]).
+    level: "graph" (every node's inputs and outputs) or "module" (the inputs and outputs of each
+    PyTorch module the exporter recorded, named like opdiff's torch capture: modules.py).
     """
     if mode not in ("tensor", "stats"):
         raise OpdiffError(f"capture-onnx: mode must be tensor or stats, not {mode!r}")
+    if level not in LEVELS:
+        raise OpdiffError(f"capture-onnx: level must be one of {', '.join(LEVELS)}, not {level!r}")
     settings = S.Settings(opt_level, tuple(disabled_optimizers), dict(session_config or {}), tuple(providers), threads)
     proto, where = load_model(model)
     feeds_in = load_npz(inputs) if isinstance(inputs, (str, os.PathLike)) else dict(inputs)
@@ -167,11 +174,14 @@ def capture_onnx(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, n
     orig_names = {k: v[0] for k, v in original_names(original).items()}
     names = optimized_names(nodes, original)
     meta = {"framework": "onnxruntime", "framework_version": ort.__version__, "capture_backend": "onnxruntime",
-            "source_format": "onnx", "model": where, "level": "graph", "mode": mode, "device": "cpu",
+            "source_format": "onnx", "model": where, "level": level, "mode": mode, "device": "cpu",
             "session": settings.to_json(), "transformers_fired": fired}
     with DumpWriter(path, meta, overwrite=overwrite) as w:
         writer = _Writer(w, mode)
-        _write(writer, optimized, nodes, names, orig_names, feeds, values)
+        if level == "module":
+            w.update_meta(modules=_write_modules(writer, proto, original, feeds, values))
+        else:
+            _write(writer, optimized, nodes, names, orig_names, feeds, values)
         onnx.save(optimized, str(Path(w.root) / OPTIMIZED_FILE))
         fused = {names[n.name][0]: [orig_names[o] for o in n.fused_from] for n in nodes if is_rewritten(n)}
         w.update_meta(
@@ -232,3 +242,34 @@ def _write(writer: _Writer, optimized, nodes: list[GNode], names: dict[str, tupl
 
 def _value(values: dict, feeds: dict, t: str) -> np.ndarray:
     return values[t] if t in values else feeds[t]
+
+
+def _write_modules(writer: _Writer, proto: onnx.ModelProto, original: list[GNode], feeds: dict,
+                   values: dict) -> dict[str, Any]:
+    """Module records (level "module") at the module boundaries of the original graph; returns meta."""
+    sigs = read_signatures(proto, MODULES_KEY)
+    constants = {i.name for i in proto.graph.initializer}
+    for n in original:  # made from weights and constants only (Constant, Identity of a shared weight, ...)
+        if all(x in constants for x in n.inputs if x):
+            constants.update(n.outputs)
+
+    def spec_of(t: str) -> tuple[tuple[int, ...], str] | None:
+        arr = values.get(t, feeds.get(t))
+        if not isinstance(arr, np.ndarray) or np.dtype(arr.dtype) not in NUMPY_TO_NAME:
+            return None
+        return tuple(int(s) for s in arr.shape), NUMPY_TO_NAME[np.dtype(arr.dtype)]
+
+    bounds, missing = boundaries(original, sigs, list(feeds), [o.name for o in proto.graph.output], constants, spec_of)
+    fused_away = []
+    for b, role in events(bounds):
+        node = (node_name(b.path, b.op, 0), 0)
+        for pos, t in b.inputs if role == "input" else b.outputs:
+            if t not in values and t not in feeds:
+                fused_away.append(f"{b.path or '<root>'}: {role} {pos} ({t}) fused away by the optimizer")
+                continue
+            writer.add(_value(values, feeds, t), node=node, module=b.path, op=b.op, role=role, pos=pos, tensor=t,
+                       key=None, level="module")
+    return {"signatures": sigs is not None, "modules": len(bounds), "not_observable": missing + fused_away,
+            "how": "module boundaries of the exported graph (node scopes), positions from the export's signatures"
+                   if sigs else "module boundaries of the exported graph (node scopes); classes unknown: op "
+                   f"{UNKNOWN_OP!r}, outputs numbered in order; pair them with a mapping file"}
