@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 
-class OrtCapture:
+class OrtCapture(AbstractContextManager["OrtCapture"]):
     """Context manager: each `run(inputs)` captures one ORT run of the model into `path` (one run per capture)."""
 
-    def __init__(self, model: Any, path: str | os.PathLike, **options: Any):
+    def __init__(self, model: Any, path: str | os.PathLike[str], **options: Any):
         self.model, self.path, self.options = model, path, options
         self.meta: dict[str, Any] | None = None
 
@@ -37,7 +38,7 @@ class OnnxRuntimeBackend:
             return Path(model).suffix.lower() == ".onnx"
         return type(model).__name__ == "ModelProto" and (type(model).__module__ or "").startswith("onnx")
 
-    def capture(self, model: object, path: str | os.PathLike, **options: Any) -> OrtCapture:
+    def capture(self, model: object, path: str | os.PathLike[str], **options: Any) -> OrtCapture:
         return OrtCapture(model, path, **options)
 
 
