@@ -91,6 +91,33 @@ def fusion_onnx_cmd(model, inputs, opt_level, disabled, session_config, out, pre
     return 0 if res.agrees else 1
 
 
+@fusion_group.command("torch")
+@click.argument("entry")
+@click.option("-o", "--out", "out", required=True, type=click.Path(), help="Output directory.")
+@click.option("--regions", default="children", show_default=True,
+              help="Submodules to compile, comma-separated paths, or 'children' (every direct child).")
+@click.option("--preset", default="default", show_default=True, help="Verdict rule preset.")
+@click.option("--force", is_flag=True, help="Write into an existing non-empty output directory.")
+def fusion_torch_cmd(entry, out, regions, preset, force):
+    """Eager (golden) against torch.compile/Inductor (target) of the (model, inputs) ENTRY builds
+    (MODULE:FUNCTION or SCRIPT.py:FUNCTION); bisect the regions, then Inductor's switches."""
+    from ..capture.entry import load_entry
+    from ..fusion.inductor import fusion_torch
+
+    model, inputs = load_entry(entry)
+    paths = regions if regions == "children" else [p.strip() for p in regions.split(",") if p.strip()]
+    res = fusion_torch(model, inputs, out, regions=paths, thresholds=preset, force=force)
+    obs = res.extra["observed"]
+    ran = ", ".join(f"{r} ({v['graphs']} graph, {v['compiled_calls']} calls)" for r, v in obs["compiled_regions"].items())
+    click.echo(f"compiled regions: {ran}; graph breaks: {len(obs['graph_breaks'])}")
+    if res.extra.get("culprit_regions"):
+        click.echo(f"region at fault: {', '.join(res.extra['culprit_regions'])}")
+    _print(res)
+    if "cost" in res.extra:
+        click.echo(f"total bisection cost: {res.extra['cost']['runs']} runs, {res.extra['cost']['seconds']:.1f} s")
+    return 0 if res.agrees else 1
+
+
 def _print(res) -> None:
     c = res.counts
     click.echo(f"fused vs unfused at shared cut points: {c.get('PASS', 0)} pass, {c.get('WARNING', 0)} warning, "

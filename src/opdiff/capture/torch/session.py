@@ -91,6 +91,10 @@ class CaptureSession:
         self.steps_captured: list[int] = []
 
     # -- options ------------------------------------------------------------------------------
+    def hooks_module(self, path: str) -> bool:
+        """Whether module `path` gets capture hooks (all here; compiled.py leaves compiled regions' insides alone)."""
+        return True
+
     def wanted(self, module: str, op: str) -> bool:
         """include/exclude regexes, searched in the module path and in the op name."""
         key = (module, op)
@@ -250,12 +254,21 @@ class CaptureSession:
 def capture(model: torch.nn.Module, path: str | os.PathLike, *, level: str = "module", mode: str = "tensor",
             backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
             exclude: str | None = None, overwrite: bool = False, rank: int | None = None,
-            source: bool = False) -> CaptureSession:
+            source: bool = False, compile: str | Iterable[str] | None = None,
+            compile_options: dict[str, Any] | None = None) -> CaptureSession:
     """Capture `model`'s calls into a dump at `path`; use as ``with capture(model, path) as cap: ...``.
 
     level: "module" (every nn.Module call), "api" (torch API calls), "aten" (aten ops, incl. backward);
     mode: "tensor" (data + statistics + hash), "stats" (statistics), "hash" (statistics + hash).
+    compile: submodule paths (or "children") to run compiled by Inductor with config `compile_options`,
+    observed at their boundaries (compiled.py, docs/fusion.md).
     See docs/capture.md for every option.
     """
+    if compile is not None:
+        from .compiled import capture as capture_compiled
+
+        return capture_compiled(model, path, compile=compile, options=compile_options, level=level, mode=mode,
+                                backward=backward, steps=steps, include=include, exclude=exclude, overwrite=overwrite,
+                                rank=rank, source=source)
     return CaptureSession(model, path, level=level, mode=mode, backward=backward, steps=steps, include=include,
                           exclude=exclude, overwrite=overwrite, rank=rank, source=source)
