@@ -105,6 +105,10 @@ class CaptureSession:
         self.steps_captured: list[int] = []
 
     # -- options ------------------------------------------------------------------------------
+    def hooks_module(self, path: str) -> bool:
+        """Whether module `path` gets capture hooks (all here; compiled.py leaves compiled regions' insides alone)."""
+        return True
+
     def wanted(self, module: str, op: str) -> bool:
         """include/exclude regexes, searched in the module path and in the op name."""
         key = (module, op)
@@ -298,15 +302,24 @@ def capture(model: torch.nn.Module, path: str | os.PathLike, *, level: str = "mo
             backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
             exclude: str | None = None, overwrite: bool = False, rank: int | None = None,
             source: bool = False, optimizer: torch.optim.Optimizer | None = None,
-            when: Callable[[int], bool] | None = None) -> CaptureSession:
+            when: Callable[[int], bool] | None = None, compile: str | Iterable[str] | None = None,
+            compile_options: dict[str, Any] | None = None) -> CaptureSession:
     """Capture `model`'s calls into a dump at `path`; use as ``with capture(model, path) as cap: ...``.
 
     level: "module" (every nn.Module call), "api" (torch API calls), "aten" (aten ops, incl. backward);
     mode: "tensor" (data + statistics + hash), "stats" (statistics), "hash" (statistics + hash).
     optimizer: also record its step (parameters before/after, gradients, state) as direction "update";
     when: a callable step -> bool that selects steps at run time (with `steps`, both must agree).
+    compile: submodule paths (or "children") to run compiled by Inductor with config `compile_options`,
+    observed at their boundaries (compiled.py, docs/fusion.md).
     See docs/capture.md for every option.
     """
+    if compile is not None:
+        from .compiled import capture as capture_compiled
+
+        return capture_compiled(model, path, compile=compile, options=compile_options, level=level, mode=mode,
+                                backward=backward, steps=steps, include=include, exclude=exclude, overwrite=overwrite,
+                                rank=rank, source=source)
     return CaptureSession(model, path, level=level, mode=mode, backward=backward, steps=steps, include=include,
                           exclude=exclude, overwrite=overwrite, rank=rank, source=source, optimizer=optimizer,
                           when=when)
