@@ -7,6 +7,7 @@ that is already open (the TensorFlow op-level capture uses it).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
@@ -33,7 +34,7 @@ def copy_records(dump: Dump, writer: DumpWriter, *, mode: str = "tensor", rank: 
     for rec in dump.records:
         if keep is not None and not keep(rec):
             continue
-        out = Record(**{**rec.__dict__, "index": 0, "data": None})
+        out = dataclasses.replace(rec, index=0, data=None)  # Record has slots: no __dict__
         if mode == "stats":
             out.hash = None
         first = written.get(rec.src) if rec.src else None
