@@ -6,7 +6,9 @@ restyle the terminal (ANSI escapes), hide text (NUL, carriage return) or inject 
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from typing import Any
 
 from rich.markup import escape
 
@@ -22,3 +24,17 @@ def plain(text: object) -> str:
 def safe(text: object) -> str:
     """`text` ready to print through rich with markup on: control characters escaped, markup escaped."""
     return escape(plain(text))
+
+
+def safe_deep(obj: Any) -> Any:
+    """A copy of a result object (dataclass, dict, list) with every string made `safe`, for printing."""
+    if isinstance(obj, str):
+        return safe(obj)
+    if isinstance(obj, dict):
+        return {k: safe_deep(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(safe_deep(v) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: safe_deep(getattr(obj, f.name))
+                                           for f in dataclasses.fields(obj) if f.init})
+    return obj
