@@ -8,6 +8,8 @@ from typing import Any
 from ..base.errors import OpdiffError
 from ..base.vocab import STATUS_UNMATCHED
 from ..store import Dump, load
+from ..compare.sameness import check_comparable
+from . import trust
 from .graph import Graph, build
 from .inputs import differing_inputs
 from .local import calibrate, events
@@ -89,6 +91,8 @@ def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike,
         from ..compare import compare
 
         comparison = compare(golden, target, mapping=mapping, workers=workers, progress=progress)
+    else:
+        check_comparable(golden, target, mapping=comparison.mapping)
     pairs = [p for p in comparison.results if _keep(level)(p)]
     if level is not None and not any((p.target or p.golden).level == level for p in pairs):  # type: ignore[union-attr]
         have = sorted({(p.target or p.golden).level for p in comparison.results})  # type: ignore[union-attr]
@@ -102,6 +106,7 @@ def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike,
     warnings = _warnings(golden, target, graph, pairs, noise.run_dtype)
     diag = decide(graph, noise, evs, first_overflow(graph), differing_inputs(graph, noise), warnings,
                   replayable=replay)
+    trust.apply(diag, comparison, pairs)
     settings = settings_diff(golden, target)
     if settings:
         diag.evidence["settings"] = settings

@@ -87,7 +87,9 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
         why.append(f"{counts[FAIL]} FAIL")
     if bad:
         why.append(f"{len(bad)} mismatched or unreadable")
-    unmatched = len(cmp.unmatched("golden")) + len(cmp.unmatched("target"))
+    unmatched = len(cmp.failing_unmatched())
+    if not any(r.status == "compared" for r in cmp.results):
+        why.append("nothing compared")
     if unmatched and not allow_unmatched:
         why.append(f"{unmatched} unmatched (--allow-unmatched accepts them)")
     con.print(f"[bold {STYLE[FAIL]}]FAIL[/] ({', '.join(why)})")
