@@ -193,6 +193,8 @@ def _shape(v: Any) -> tuple[int, ...]:
     if len(v) > MAX_DIMS:
         raise ValueError(f"field 'shape' has {len(v)} dimensions (at most {MAX_DIMS})")
     shape = tuple(_count(s, "shape") for s in v)
+    if any(s > MAX_NUMEL for s in shape):
+        raise ValueError(f"field 'shape' {list(shape)} has an absurd size")
     n = 1
     for s in shape:
         n *= s
