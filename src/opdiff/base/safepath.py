@@ -14,8 +14,9 @@ from pathlib import Path, PurePosixPath
 from .errors import DumpError
 
 
-def inside(root: Path, rel: object, *, what: str = "path") -> Path:
-    """`root / rel` when `rel` is a relative path that stays inside `root` once resolved; else DumpError."""
+def inside(root: Path, rel: object, *, what: str = "path", within: Path | None = None) -> Path:
+    """`root / rel` when `rel` is a relative path without `..` that, resolved, stays inside `within`
+    (default `root`: e.g. a part's shard path must stay inside the whole dump); else DumpError."""
     if not isinstance(rel, str) or not rel or "\x00" in rel:
         raise DumpError(f"{root}: {what} {rel!r} is not a file name")
     p = PurePosixPath(rel)
@@ -24,7 +25,7 @@ def inside(root: Path, rel: object, *, what: str = "path") -> Path:
     full = root / p
     try:
         resolved = full.resolve()
-        base = root.resolve()
+        base = (within or root).resolve()
     except (OSError, RuntimeError) as exc:  # symlink loops
         raise DumpError(f"{full}: cannot resolve {what}: {exc}") from None
     if resolved != base and base not in resolved.parents:

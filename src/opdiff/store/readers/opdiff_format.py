@@ -121,8 +121,7 @@ class OpdiffDump(Dump):
         """A shard's checked header; the shard must resolve inside the dump (symlinks included)."""
         h = self._headers.get(rel)
         if h is None:
-            path = inside(self.dir, rel, what="shard path")
-            inside(self.root, str(path.relative_to(self.root)), what="shard path")
+            path = inside(self.dir, rel, what="shard path", within=self.root)
             h = self._headers[rel] = read_shard_header(path)
         return h
 
