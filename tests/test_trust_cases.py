@@ -7,6 +7,7 @@ import os
 import shutil
 
 import pytest
+
 from trust_helpers import capture_tiny, copy_dump, run_cli
 
 PART = "rank0/step0"

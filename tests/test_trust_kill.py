@@ -12,9 +12,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from trust_helpers import run_cli
 
 import opdiff
+from trust_helpers import run_cli
 
 PART = "rank0/step0"
 MODEL = dict(layers=3, width=16, heads=2, seq=4, batch=1, vocab=32)

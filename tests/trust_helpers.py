@@ -72,7 +72,7 @@ def run_cli(*args: str, stdin: str = "") -> Run:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     except Hang:
         raise
-    except BaseException:  # noqa: BLE001 - any other exception escaping main is a traceback the user sees
+    except BaseException:
         tb = traceback.format_exc()
         code = -1
     finally:

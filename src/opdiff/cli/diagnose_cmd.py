@@ -14,8 +14,8 @@ import click
 from rich.console import Console
 
 from ..base.errors import OpdiffError
-from ..base.termsafe import safe, safe_deep
 from ..base.outdir import check_replaceable, check_writable, write_atomic
+from ..base.termsafe import safe, safe_deep
 from .common import open_dump
 
 LEVELS = ("module", "api", "aten")

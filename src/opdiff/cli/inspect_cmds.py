@@ -7,8 +7,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..base.errors import DumpError, OpdiffError
-from ..base.termsafe import plain, safe
 from ..base.record import Record
+from ..base.termsafe import plain, safe
 from ..store import load
 from ..store.format import numpy_dtype
 

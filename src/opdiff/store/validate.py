@@ -169,7 +169,7 @@ def shard_entries(path: Path, raw: bytes, n: int, size: int) -> ShardHeader:
         except ValueError as exc:
             raise DumpError(f"{path}: corrupt safetensors header entry for {key!r}: {exc}") from None
     spans = sorted((e[2], e[3], k) for k, e in entries.items() if e[3] > e[2])
-    for (s0, e0, k0), (s1, _, k1) in zip(spans, spans[1:]):
+    for (_, e0, k0), (s1, _, k1) in zip(spans, spans[1:]):
         if s1 < e0:
             raise DumpError(f"{path}: tensors {k0!r} and {k1!r} overlap in the shard (corrupt header)")
     return ShardHeader(path=path, size=size, entries=entries)
@@ -189,8 +189,10 @@ def _entry(info: Any, base: int, size: int) -> tuple[str, tuple[int, ...], int, 
             or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offs)):
         raise ValueError(f"bad data_offsets {offs!r}")
     start, end = base + offs[0], base + offs[1]
-    if end < start or end > size:
-        raise ValueError(f"data_offsets {offs} lie outside the file ({size} bytes)")
+    if end < start:
+        raise ValueError(f"data_offsets {offs} end before they start")
+    if end > size:
+        raise ValueError(f"truncated shard: data_offsets {offs} end past the file's end ({size} bytes)")
     nbytes = math.prod(shape) * DTYPES[dtype][0].itemsize
     if end - start != nbytes:
         raise ValueError(f"data_offsets {offs} hold {end - start} bytes but {dtype}{shape} needs {nbytes}")

@@ -16,8 +16,6 @@ from ...base.errors import DumpError
 from ...base.record import Record
 from ...base.safepath import inside, open_regular
 from ..format import (
-    FORMAT_NAME,
-    FORMAT_VERSION,
     INDEX_FILE,
     META_FILE,
     part_dir,
