@@ -19,7 +19,7 @@ _TRANSPARENT = re.compile(
     r"(^|[.:/])(_?to(_copy)?|to_dtype|type_as|type|float|double|half|bfloat16|int|long|bool|copy_?|clone|contiguous"
     r"|_?(unsafe_)?view(_as)?|reshape(_as)?|_reshape_alias|expand(_as)?|squeeze_?|unsqueeze_?|flatten|unflatten"
     r"|t|transpose_?|permute|alias|detach_?|lift_fresh|identity|Identity|_autocast_to_(reduced|full)_precision"
-    r"|slice|select|split|chunk|narrow|as_strided|unbind|dropout|Dropout|_unsafe_view)"
+    r"|slice|select|split|chunk|narrow|as_strided|unbind|_unsafe_view)"
     r"(\.(default|Tensor|int|dtype|dtype_layout|other|self|using_ints|Scalar|memory_format|copy|out))?$")
 
 
