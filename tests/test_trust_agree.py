@@ -8,11 +8,12 @@ import json
 import ml_dtypes
 import numpy as np
 import pytest
-from trust_helpers import run_cli
 
 from opdiff.compare.run import compare
 from opdiff.diagnose import diagnose
 from opdiff.testing.synthetic import Tensor, write_dump
+from trust_helpers import run_cli
+
 
 def _chain(extra: Tensor | None = None) -> list[Tensor]:
     x = np.random.default_rng(8).standard_normal((4, 8)).astype(np.float32)

@@ -7,8 +7,8 @@ from typing import Any
 
 from ..base.errors import OpdiffError
 from ..base.vocab import STATUS_UNMATCHED
-from ..store import Dump, load
 from ..compare.sameness import check_comparable
+from ..store import Dump, load
 from . import trust
 from .graph import Graph, build
 from .inputs import differing_inputs
