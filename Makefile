@@ -8,21 +8,34 @@ STAMP  := $(VENV)/.installed
 # would pull a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv venv-msprobe demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e ".[torch,onnx,test,lint]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[torch,onnx,tf,test,lint]" "$(TORCH_PIN)"
+	$(PY) -m opdiff.warm
 	touch $(STAMP)
 
 venv: $(STAMP)
 
+# msprobe (mindstudio-probe) for the msprobe-reader tests only, in its own venv: it wraps torch's
+# APIs on import and pulls heavy dependencies; the tests run it as a subprocess.
+MSPROBE_VENV := .venv-msprobe
+MSPROBE_PINS := mindstudio-probe==26.2.0 transformers==5.23.0
+$(MSPROBE_VENV)/.installed:
+	test -x $(MSPROBE_VENV)/bin/python || $(PYTHON) -m venv $(MSPROBE_VENV)
+	$(MSPROBE_VENV)/bin/pip install -q "$(TORCH_PIN)"
+	$(MSPROBE_VENV)/bin/pip install -q $(MSPROBE_PINS) "$(TORCH_PIN)"
+	touch $@
+
+venv-msprobe: $(MSPROBE_VENV)/.installed
+
 demo: $(STAMP)
 	$(VENV)/bin/opdiff demo --force
 
-test: lint
+test: lint $(MSPROBE_VENV)/.installed
 	$(PY) -m pytest -n 2 -q
 
 # Layers (import-linter), style (ruff) and types (mypy, strict on the core): any violation fails `make test`.
@@ -37,4 +50,4 @@ bench: $(STAMP)
 	$(PY) bench/diagnose_bench.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(MSPROBE_VENV) build *.egg-info src/*.egg-info

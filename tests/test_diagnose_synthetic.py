@@ -15,57 +15,9 @@ import pytest
 from opdiff import load
 from opdiff.diagnose import VERDICTS, diagnose
 from opdiff.diagnose.noise import UNIT
-from opdiff.store import DumpWriter, Record
-from opdiff.store.format import dtype_name, node_name, record_name
-from opdiff.store.stats import content_hash, tensor_stats
+from opdiff.testing.synthetic import OpRun
 
 U32 = UNIT["float32"]
-
-
-class Run:
-    """Writes one run: ops with input/output tensors, module calls nesting others, producer links."""
-
-    def __init__(self, path, mode: str = "tensor", level: str = "aten"):
-        self.w = DumpWriter(path, {"framework": "synthetic"})
-        self.w.begin(0, 0)
-        self.mode, self.level = mode, level
-        self.calls: dict[tuple[str, str], int] = {}
-
-    def _node(self, module: str, op: str) -> tuple[str, int]:
-        call = self.calls.get((module, op), 0)
-        self.calls[(module, op)] = call + 1
-        return node_name(module, op, call), call
-
-    def tensor(self, node: str, module: str, op: str, call: int, role: str, pos: str, arr: np.ndarray,
-               src: str | None = None, level: str | None = None) -> str:
-        name = record_name(node, "forward", role, pos)
-        d = dtype_name(arr.dtype)
-        rec = Record(index=0, name=name, node=node, module=module, op=op, level=level or self.level, call=call,
-                     direction="forward", role=role, pos=pos, dtype=d, shape=tuple(arr.shape),
-                     stats=tensor_stats(arr), hash=content_hash(arr, d, tuple(arr.shape)) if self.mode == "hash" else None,
-                     src=src)
-        self.w.add(rec, arr if self.mode == "tensor" else None)
-        return name
-
-    def op(self, module: str, op: str, inputs: list[tuple[np.ndarray, str | None]], outputs: list[np.ndarray]) -> list[str]:
-        """One op call: inputs as (array, name of the record that produced it); returns output record names."""
-        node, call = self._node(module, op)
-        for i, (arr, src) in enumerate(inputs):
-            self.tensor(node, module, op, call, "input", str(i), arr, src)
-        return [self.tensor(node, module, op, call, "output", str(i), arr) for i, arr in enumerate(outputs)]
-
-    def begin(self, module: str, op: str, inputs: list[np.ndarray]) -> tuple:
-        node, call = self._node(module, op)
-        for i, arr in enumerate(inputs):
-            self.tensor(node, module, op, call, "input", str(i), arr, level="module")
-        return node, module, op, call
-
-    def end(self, started: tuple, outputs: list[np.ndarray]) -> list[str]:
-        node, module, op, call = started
-        return [self.tensor(node, module, op, call, "output", str(i), arr, level="module") for i, arr in enumerate(outputs)]
-
-    def close(self) -> None:
-        self.w.close()
 
 
 def chain(path, errors: dict[int, float], n: int = 6, mode: str = "tensor", seed: int = 0, amplify: dict[int, float] | None = None,
@@ -77,7 +29,7 @@ def chain(path, errors: dict[int, float], n: int = 6, mode: str = "tensor", seed
     rng = np.random.default_rng(seed)
     noise = np.random.default_rng(1234)
     x = rng.standard_normal(256).astype(np.float32)
-    run = Run(path, mode=mode)
+    run = OpRun(path, mode=mode)
     x_t = x * (1 + root_input_error * noise.standard_normal(256)).astype(np.float32) if root_input_error else x
     root = run.begin("", "Model", [x_t if "target" in str(path) else x])
     cur_g, cur_t, src = x.astype(np.float64), (x_t if "target" in str(path) else x).astype(np.float64), None
@@ -178,7 +130,7 @@ def _module_run(path, fault: str | None):
     rng = np.random.default_rng(0)
     x = rng.standard_normal(64).astype(np.float32)
     tgt = "target" in str(path)
-    run = Run(path, level="module")
+    run = OpRun(path, level="module")
     root = run.begin("", "Model", [x])
     blk = run.begin("block", "Block", [x])
     a_in = x
@@ -213,7 +165,7 @@ def test_module_level_parent_code_is_blamed(tmp_path, fault):
 def test_unused_extra_output_is_not_a_culprit(tmp_path):
     """An op's second output that nothing reads (like a norm's saved mean) may differ: no fault."""
     for side in ("golden", "target"):
-        run = Run(tmp_path / side)
+        run = OpRun(tmp_path / side)
         x = np.linspace(-1, 1, 128, dtype=np.float32)
         root = run.begin("", "Model", [x])
         aux = np.full(4, 1e-3, dtype=np.float32) * (1.5 if side == "target" else 1.0)
@@ -227,7 +179,7 @@ def test_unused_extra_output_is_not_a_culprit(tmp_path):
 
 def test_golden_values_beyond_fp16_range_warn(tmp_path):
     for side in ("golden", "target"):
-        run = Run(tmp_path / side)
+        run = OpRun(tmp_path / side)
         x = np.linspace(1, 2, 16, dtype=np.float32)
         root = run.begin("", "Model", [x])
         with np.errstate(over="ignore"):

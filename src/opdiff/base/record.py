@@ -5,11 +5,13 @@ Also its statistics. Field meanings: docs/format.md. Plain dataclasses; no stage
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
+from sys import intern
 from typing import Any
 
 
-@dataclass
+@dataclass(slots=True)
 class Stats:
     """Summary of a tensor. min/max/mean/std/norm are over its finite elements, in float64."""
 
@@ -51,7 +53,7 @@ class Stats:
         return cls(**out)
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     """One captured tensor: where it ran, what it is, its statistics, and where its data lies.
 
@@ -126,29 +128,31 @@ class Record:
         extra = d.get("extra")
         if extra is not None and not isinstance(extra, dict):
             raise ValueError(f"field 'extra' must be an object, not {_kind(extra)}")
+        data = _data(d.get("data"))
         return cls(
             index=_count(_need(d, "index"), "index"),
             name=_text(_need(d, "name"), "name"),
             node=_text(_need(d, "node"), "node"),
-            module=_text(_need(d, "module"), "module", empty=True),
-            op=_text(_need(d, "op"), "op"),
-            level=_text(_need(d, "level"), "level"),
+            module=intern(_text(_need(d, "module"), "module", empty=True)),
+            op=intern(_text(_need(d, "op"), "op")),
+            level=intern(_text(_need(d, "level"), "level")),
             call=_count(_need(d, "call"), "call"),
-            direction=_text(_need(d, "direction"), "direction"),
-            role=_text(_need(d, "role"), "role"),
-            pos=_text(str(p) if isinstance(p := _need(d, "pos"), int) and not isinstance(p, bool) else p, "pos",
-                      empty=True),
-            dtype=_text(_need(d, "dtype"), "dtype"),
+            direction=intern(_text(_need(d, "direction"), "direction")),
+            role=intern(_text(_need(d, "role"), "role")),
+            pos=intern(_text(str(p) if isinstance(p := _need(d, "pos"), int) and not isinstance(p, bool) else p, "pos",
+                             empty=True)),
+            dtype=intern(_text(_need(d, "dtype"), "dtype")),
             shape=_shape(_need(d, "shape")),
             stats=Stats.from_json(stats) if stats is not None else None,
             hash=_opt_text(d.get("hash"), "hash"),
             source=_opt_text(d.get("source"), "source"),
-            data=_data(d.get("data")),
+            data=data,
             src=_opt_text(d.get("src"), "src"),
             extra=extra or {},
         )
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _COUNTS = ("numel", "nan", "posinf", "neginf", "zeros")
 MAX_DIMS = 64
 MAX_NUMEL = 1 << 48  # far beyond any real tensor; keeps byte counts exact and reads bounded
@@ -178,7 +182,7 @@ def _text(v: Any, field: str, *, empty: bool = False) -> str:
         raise ValueError(f"field {field!r} must be a string, not {_kind(v)}")
     if not v and not empty:
         raise ValueError(f"field {field!r} is empty")
-    if any(ord(c) < 32 or ord(c) == 127 for c in v):
+    if _CONTROL.search(v):
         raise ValueError(f"field {field!r} holds control characters ({v!r})")
     return v
 
@@ -208,7 +212,8 @@ def _data(v: Any) -> dict[str, str] | None:
         return None
     if not isinstance(v, dict):
         raise ValueError(f"field 'data' must be an object with 'file' and 'key', not {_kind(v)}")
-    return {"file": _text(_need_in(v, "file"), "data.file"), "key": _text(_need_in(v, "key"), "data.key")}
+    # one string per shard, not per record
+    return {"file": intern(_text(_need_in(v, "file"), "data.file")), "key": _text(_need_in(v, "key"), "data.key")}
 
 
 def _need_in(d: dict[str, Any], key: str) -> Any:

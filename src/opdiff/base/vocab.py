@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # records
-DIRECTIONS = ("forward", "backward")
+DIRECTIONS = ("forward", "backward", "update")  # update: the optimizer's step (capture with optimizer=)
 ROLES = ("input", "output", "parameter", "gradient")
 LEVELS = ("module", "api", "aten", "param", "graph")
 

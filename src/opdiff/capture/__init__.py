@@ -11,6 +11,7 @@ from .backend import CaptureBackend, LazyBackend
 # The first backend whose handles(model) is true captures it. Add a framework with one line here.
 BACKENDS: tuple[CaptureBackend, ...] = (
     LazyBackend("torch", "opdiff.capture.torch", ("torch",)),
+    LazyBackend("tensorflow", "opdiff.capture.tensorflow", ("keras", "tensorflow", "tf_keras")),
 )
 
 

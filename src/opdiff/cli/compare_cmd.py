@@ -87,12 +87,12 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     from ..report import WRITERS, print_summary
 
     cmp = compare(g, t, mapping=mapping, mode=mode, thresholds=th, workers=workers, progress=not no_progress)
-    written = []
-    for f in fmts:
-        path = out_dir / f"{REPORT_STEM}.{f}"
+    paths = [out_dir / f"{REPORT_STEM}.{f}" for f in fmts]
+    # the verdict first: the report files (XLSX alone takes seconds on big comparisons) are written
+    # after it, before the command returns; each to a temporary file renamed into place
+    print_summary(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
+    for f, path in zip(fmts, paths):
         write_atomic(path, lambda tmp, f=f: WRITERS[f](cmp, tmp))
-        written.append(str(path))
-    print_summary(cmp, top=top, outputs=written, allow_unmatched=allow_unmatched)
     return 0 if cmp.passed(allow_unmatched) else 1
 
 

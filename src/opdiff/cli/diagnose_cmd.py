@@ -42,8 +42,8 @@ def _out_file(path: str | None, force: bool) -> Path | None:
 @click.option("-o", "--out", "out", type=click.Path(), help="Also write the diagnosis JSON to this file.")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
 @click.option("--level", type=click.Choice(LEVELS), default=None, help="Diagnose only the records of this capture level.")
-@click.option("--rank", type=int, default=None, help="Rank to diagnose (default: the first).")
-@click.option("--step", type=int, default=None, help="Step to diagnose (default: the first).")
+@click.option("--rank", type=int, default=None, help="Rank to diagnose (default: every rank).")
+@click.option("--step", type=int, default=None, help="Step to diagnose (default: every step, reporting the first that diverges).")
 @click.option("--replay/--no-replay", default=True, show_default=True,
               help="Confirm the culprit by replaying it on golden's inputs (needs tensor mode and torch).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel workers for the comparison.")
@@ -62,7 +62,7 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, level, rank, ste
     mapping = load_mapping(map_file) if map_file else None
     g = open_dump(golden, rank, step, allow_partial, "diagnose")
     t = open_dump(target, rank, step, allow_partial, "diagnose")
-    d = diagnose(g, t, mapping=mapping, replay=replay, level=level, workers=workers)
+    d = diagnose(g, t, mapping=mapping, replay=replay, level=level, workers=workers, rank=rank, step=step)
     if out_path is not None:
         write_atomic(out_path, lambda tmp: write_json(d, tmp))
     if as_json:

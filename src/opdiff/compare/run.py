@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base.errors import DumpError
+from ..base.errors import DumpError, OpdiffError
 from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.vocab import (
@@ -308,7 +308,7 @@ def compare(
     """
     t0 = time.perf_counter()
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        raise OpdiffError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     golden, target = _as_dump(golden), _as_dump(target)
     if isinstance(mapping, (str, os.PathLike)):
         mapping = load_mapping(mapping)

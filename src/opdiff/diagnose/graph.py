@@ -81,6 +81,7 @@ class Graph:
     islands: set[str] = field(default_factory=set)  # narrow dtypes the target uses in a few places only
     passthrough: set[int] = field(default_factory=set)  # inputs that golden passes on unchanged from an earlier output  # node id -> its children's ends, sorted
     owner: dict[str, int] = field(default_factory=dict)  # module path -> its first (non-parameter) call
+    direction: str = "forward"  # the pass the graph is of: forward | backward | update
 
     def __post_init__(self) -> None:
         for inp, out in self.producer.items():
@@ -328,7 +329,8 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     root = _root(nodes)
     producer = _producers(order, by_name, tensors)
     passthrough = _golden_passthrough(tensors)
-    return Graph(tensors, nodes, root, producer, golden_only, levels, islands=islands, passthrough=passthrough)
+    return Graph(tensors, nodes, root, producer, golden_only, levels, islands=islands, passthrough=passthrough,
+                 direction=direction)
 
 
 def _nest(nodes: list[Node]) -> None:

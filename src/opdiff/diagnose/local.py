@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from .graph import Graph, Tensor
-from .noise import AMPLIFICATION, UNIT, Noise
+from .noise import AMPLIFICATION, SIGNIFICANT, UNIT, Noise
 
 MAX_FLOOR = 8.0
 PROPAGATION_HOPS = 12  # how far an error is followed to see that it matters downstream  # a fresh op of correct code never shows more than this many units as "noise" floor
@@ -65,7 +65,7 @@ def calibrate(graph: Graph) -> Noise:
             run_dtype, run_unit = d, UNIT[d]
     skip = _root_inputs(graph)
     fresh: list[float] = []
-    ratios: dict[str, list[tuple[float, int]]] = {}
+    measured: list[tuple[Tensor, float]] = []
     for t in graph.tensors:
         if t.target is None or t.err is None or not math.isfinite(t.err) or t.unit == 0 or t.id in skip:
             continue
@@ -73,8 +73,14 @@ def calibrate(graph: Graph) -> Noise:
         if inh <= t.unit:
             fresh.append(t.err / t.unit)
         elif t.role == "output" and t.err > 0:
-            ratios.setdefault(graph.nodes[t.node].op, []).append((t.err / inh, t.node))
+            measured.append((t, inh))
     floor = min(max(median(fresh), 1.0), MAX_FLOOR) if fresh else 1.0
+    # an op's amplification is measured where its inputs carry a clear error: on inputs that agree to
+    # within noise a large ratio is an error of its own, and calls of one faulty op must not excuse each other
+    ratios: dict[str, list[tuple[float, int]]] = {}
+    for t, inh in measured:
+        if inh > SIGNIFICANT * floor * t.unit:
+            ratios.setdefault(graph.nodes[t.node].op, []).append((t.err / inh, t.node))  # type: ignore[operator]
     for rs in ratios.values():
         rs.sort(reverse=True)
     return Noise(floor=floor, amplification=AMPLIFICATION, per_op=ratios, run_unit=run_unit, run_dtype=run_dtype)
@@ -114,8 +120,8 @@ def propagates(graph: Graph, noise: Noise, t: Tensor) -> bool:
     if graph.is_model_output(t):
         return True
     readers = graph.consumer_nodes(t)
-    if not readers:
-        return graph.module_level or t.role == "parameter"
+    if not readers:  # the update's results are what the next step reads: they always matter
+        return graph.module_level or t.role == "parameter" or graph.direction == "update"
     for node, via in readers:
         outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
         if not outs:

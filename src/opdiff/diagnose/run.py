@@ -9,11 +9,12 @@ from ..base.errors import OpdiffError
 from ..base.vocab import STATUS_UNMATCHED
 from ..compare.sameness import check_comparable
 from ..store import Dump, load
-from . import trust
+from . import backward, trust
 from .graph import Graph, build
 from .inputs import differing_inputs
 from .local import calibrate, events
 from .overflow import first_overflow, fit_warnings, golden_overflows
+from .types import ReplayResult
 from .verdict import Diagnosis, decide
 
 # meta.json keys whose difference between the runs is worth saying (settings, not bookkeeping)
@@ -29,7 +30,7 @@ def _keep(level: str | None):
     """Which pairs a --level filter keeps: that level, the root model's records and parameters."""
     def keep(p) -> bool:
         rec = p.target or p.golden
-        return level is None or rec.level == level or rec.module == "" or rec.role == "parameter"
+        return level is None or rec.level in (level, "param") or rec.module == "" or rec.role == "parameter"
     return keep
 
 
@@ -78,26 +79,35 @@ def golden_names(graph: Graph, node_name: str) -> dict[str, str]:
 
 
 def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike, *, mapping=None, comparison=None,
-             replay: bool = True, level: str | None = None, direction: str = "forward", workers: int | None = None,
-             progress: bool = False) -> Diagnosis:
+             replay: bool = True, level: str | None = None, direction: str | None = None, workers: int | None = None,
+             progress: bool = False, rank: int | None = None, step: int | None = None) -> Diagnosis:
     """Where does the target first go wrong, and what kind of problem is it? (docs/diagnose.md)
 
-    `comparison` reuses an `opdiff.compare.compare` result; otherwise the dumps are compared here
-    with `mapping` (a path or a loaded mapping, as for compare). With `replay`, the top candidate is
-    re-executed on golden inputs when the dumps hold what that needs (tensor mode, call lines, torch).
+    Every (rank, step) part both runs captured is diagnosed, each pass in turn (forward, backward,
+    the optimizer's update); the first step where anything diverges is reported, with its culprit.
+    `rank` / `step` narrow the parts, `direction` the passes. `comparison` reuses an
+    `opdiff.compare.compare` result for one part; otherwise each part is compared here with `mapping`.
+    With `replay`, the culprit is re-executed on golden inputs when the dumps hold what that needs.
     """
-    golden, target = _as_dump(golden), _as_dump(target)
-    if comparison is None:
-        from ..compare import compare
+    from .steps import diagnose_run
 
-        comparison = compare(golden, target, mapping=mapping, workers=workers, progress=progress)
-    else:
-        check_comparable(golden, target, mapping=comparison.mapping)
+    return diagnose_run(_as_dump(golden), _as_dump(target), mapping=mapping, comparison=comparison, replay=replay,
+                        level=level, direction=direction, workers=workers, progress=progress, rank=rank, step=step)
+
+
+def diagnose_pass(golden: Dump, target: Dump, comparison, *, level: str | None = None, direction: str = "forward",
+                  replay: bool = False) -> Diagnosis:
+    """One pass (`direction`) of one (rank, step) part, from its comparison."""
+    check_comparable(golden, target, mapping=comparison.mapping)  # a reused comparison was not checked here
     pairs = [p for p in comparison.results if _keep(level)(p)]
     if level is not None and not any((p.target or p.golden).level == level for p in pairs):  # type: ignore[union-attr]
         have = sorted({(p.target or p.golden).level for p in comparison.results})  # type: ignore[union-attr]
         raise OpdiffError(f"{target.root}: no {level}-level records (the dumps hold {', '.join(have)}): nothing to diagnose")
+    if direction == "backward":
+        pairs = backward.prepare(pairs)
     graph = build(pairs, direction, golden, target)
+    if direction == "backward":
+        backward.attach_param_grads(graph)
     if not any(t.golden is not None and t.target is not None for t in graph.tensors):
         what = f" at level {level!r}" if level else ""
         raise OpdiffError(f"{target.root}: no {direction} record{what} pairs with one of {golden.root}: nothing to diagnose")
@@ -109,7 +119,7 @@ def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike,
     trust.apply(diag, comparison, pairs)
     settings = settings_diff(golden, target)
     if settings:
-        diag.evidence["settings"] = settings
+        diag.evidence.settings = settings
     diag.counts = {
         "pairs": len(pairs),
         "compared": sum(1 for p in pairs if p.status == "compared"),
@@ -119,8 +129,15 @@ def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike,
         "levels": sorted(graph.levels),
         "events": len(evs),
     }
-    if replay and diag.culprit is not None:
-        from ..replay import confirm
-
-        diag.replay = confirm(golden, target, diag, golden_names(graph, diag.culprit["node"]))
+    diag.graph = graph
     return diag
+
+
+def confirm_culprit(golden: Dump, target: Dump, diag: Diagnosis) -> None:
+    """Replay the culprit (forward and backward ops) on golden's inputs, when there is one."""
+    if diag.culprit is None or diag.culprit.direction == "update" and diag.culprit.how == "update":
+        return
+    from ..replay import confirm
+
+    names = golden_names(diag.graph, diag.culprit.node) if diag.graph is not None else {}
+    diag.replay = ReplayResult.from_json(confirm(golden, target, diag, names))

@@ -11,6 +11,7 @@ from .graph import Graph, Node, Tensor
 from .local import Event, contributions
 from .noise import DRIFT, Noise
 from .overflow import Overflow
+from .types import Candidate, Culprit, Evidence, ReplayResult
 
 SCHEMA_VERSION = 1
 # an event this many times weaker than the strongest is not taken as the culprit just for being earlier
@@ -23,16 +24,17 @@ class Diagnosis:
 
     verdict: str
     summary: str
-    culprit: dict[str, Any] | None = None
-    first_divergence: dict[str, Any] | None = None
-    candidates: list[dict[str, Any]] = field(default_factory=list)
-    evidence: dict[str, Any] = field(default_factory=dict)
+    culprit: Culprit | None = None
+    first_divergence: dict[str, Any] | None = None  # TensorInfo, plus step, direction and rank
+    candidates: list[Candidate] = field(default_factory=list)
+    evidence: Evidence = field(default_factory=Evidence)
     advice: str = ""
     path_of_divergence: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     noise: dict[str, Any] = field(default_factory=dict)
     counts: dict[str, Any] = field(default_factory=dict)
-    replay: dict[str, Any] | None = None
+    replay: ReplayResult | None = None
+    graph: Graph | None = field(default=None, repr=False, compare=False)  # the graph it was decided on (not in JSON)
 
     @property
     def exit_code(self) -> int:
@@ -43,16 +45,16 @@ class Diagnosis:
             "schema_version": SCHEMA_VERSION,
             "verdict": self.verdict,
             "summary": self.summary,
-            "culprit": self.culprit,
+            "culprit": self.culprit.to_json() if self.culprit is not None else None,
             "first_divergence": self.first_divergence,
-            "candidates": self.candidates,
+            "candidates": [c.to_json() for c in self.candidates],
             "path_of_divergence": self.path_of_divergence,
-            "evidence": self.evidence,
+            "evidence": self.evidence.to_json(),
             "advice": self.advice,
             "warnings": self.warnings,
             "noise": self.noise,
             "counts": self.counts,
-            "replay": self.replay,
+            "replay": self.replay.to_json() if self.replay is not None else None,
         }
 
 
@@ -243,7 +245,7 @@ def _inputs_differ(graph: Graph, d: Diagnosis, inputs_differ: list[Tensor]) -> N
     d.verdict = "inputs-differ"
     names = ", ".join(t.rec.pos for t in inputs_differ)
     d.summary = f"the model's own inputs differ ({names}): no op is to blame"
-    d.evidence = {"inputs": [tensor_info(graph, t) for t in inputs_differ]}
+    d.evidence = Evidence(inputs=[tensor_info(graph, t) for t in inputs_differ])
     d.advice = ("Make both runs see the same inputs: same data and order, same seeds, random preprocessing and "
                 "augmentation off, same tokenizer; then compare again.")
 
@@ -256,9 +258,9 @@ def _overflow(graph: Graph, noise: Noise, d: Diagnosis, overflow: Overflow, cand
     reason = (f"inf/nan first appear in {t.rec.name} ({', '.join(f'{k}={v}' for k, v in overflow.counts.items() if v)}) "
               f"while its inputs are finite; {also}")
     d.verdict = "overflow"
-    d.culprit = {**node_info(graph, node), "golden": main.golden.name if main.golden else None,
-                 "target": main.target.name if main.target else None, "reason": reason,
-                 "how": overflow.how, "golden_overflows": overflow.golden_overflows}
+    d.culprit = Culprit(**node_info(graph, node), golden=main.golden.name if main.golden else None,
+                        target=main.target.name if main.target else None, reason=reason,
+                        how=overflow.how, golden_overflows=overflow.golden_overflows, direction=graph.direction)
     d.summary = f"overflow in {node.module or '<root>'} ({node.op}): {reason}"
     if pick is not None and graph.tensors[cands[pick][1].tensor].order < t.order:
         before = cands[pick][0]
@@ -278,15 +280,16 @@ def _fault(graph: Graph, noise: Noise, d: Diagnosis, cands, pick: int, replayabl
     reason = _reason(graph, t, ev.how, node, inh_units)
     main = _main_output(graph, node, t, noise)
     d.verdict = "fault"
-    d.culprit = {**node_info(graph, node), "golden": main.golden.name if main.golden else None,
-                 "target": main.target.name if main.target else None, "reason": reason, "how": ev.how,
-                 "evidence_record": t.target.name if t.target else None, "score": _num(jump)}
+    d.culprit = Culprit(**node_info(graph, node), golden=main.golden.name if main.golden else None,
+                        target=main.target.name if main.target else None, reason=reason, how=ev.how,
+                        evidence_record=t.target.name if t.target else None, score=_num(jump),
+                        direction=graph.direction)
     d.summary = f"{node.module or '<root>'} ({node.op}) is the culprit: {reason}"
     d.evidence = _node_evidence(graph, node, t)
     d.advice = _advice(node, ev.how, replayable)
     missing = _golden_only_inside(graph, node)
     if missing:
-        d.culprit["golden_only_calls"] = missing
+        d.culprit.golden_only_calls = missing
         d.advice = (f"Golden runs {len(missing)} call(s) inside it that the target does not "
                     f"({', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}): the target computes this "
                     "module another way (a fused or patched implementation); compare that code with golden's. "
@@ -306,10 +309,10 @@ def _drift_or_pass(graph: Graph, noise: Noise, d: Diagnosis) -> None:
         top = contributions(graph, noise)
         d.summary = (f"error grows gradually to {growth:.3g} units of {noise.run_dtype} at the model output "
                      f"with no single op to blame")
-        d.evidence = {"output": [tensor_info(graph, t) for t, _ in out_errs[:4]],
-                      "top_contributors": [{**node_info(graph, graph.nodes[n]), "gain": _num(g)} for n, g in top]}
-        d.candidates = [{"rank": i + 1, **node_info(graph, graph.nodes[n]), "score": _num(g),
-                         "reason": f"multiplies the error it receives by {g:.3g}"} for i, (n, g) in enumerate(top)]
+        d.evidence = Evidence(output=[tensor_info(graph, t) for t, _ in out_errs[:4]],
+                              top_contributors=[{**node_info(graph, graph.nodes[n]), "gain": _num(g)} for n, g in top])
+        d.candidates = [Candidate(rank=i + 1, **node_info(graph, graph.nodes[n]), score=_num(g),
+                                  reason=f"multiplies the error it receives by {g:.3g}") for i, (n, g) in enumerate(top)]
         d.advice = ("Expected when the target runs in lower precision: keep sensitive ops (norms, softmax, "
                     "reductions, residual adds) in fp32, or judge the result with a tolerance for "
                     f"{noise.run_dtype}. The ops above add the most error.")
@@ -317,7 +320,7 @@ def _drift_or_pass(graph: Graph, noise: Noise, d: Diagnosis) -> None:
     d.verdict = "pass"
     d.summary = ("target agrees with golden everywhere within the noise of the comparison"
                  + (f" ({noise.run_dtype} rounding)" if noise.run_dtype != "float32" else ""))
-    d.evidence = {"output": [tensor_info(graph, t) for t, _ in out_errs[:4]]}
+    d.evidence = Evidence(output=[tensor_info(graph, t) for t, _ in out_errs[:4]])
     d.advice = "Nothing to fix."
 
 
@@ -338,27 +341,29 @@ def _output_errors(graph: Graph) -> list[tuple[Tensor, float]]:
     return [(t, t.err) for t in outs if t.err is not None and math.isfinite(t.err) and t.unit > 0]
 
 
-def _node_evidence(graph: Graph, node: Node, t: Tensor) -> dict[str, Any]:
+def _node_evidence(graph: Graph, node: Node, t: Tensor) -> Evidence:
     pick = lambda ids: [tensor_info(graph, graph.tensors[i]) for i in ids[:8]]
-    ev = {"inputs": pick(node.inputs), "parameters": pick(node.params), "outputs": pick(node.outputs)}
+    ev = Evidence(inputs=pick(node.inputs), parameters=pick(node.params), outputs=pick(node.outputs))
     if t.id not in node.inputs + node.outputs + node.params:
-        ev["diverging"] = [tensor_info(graph, t)]
+        ev.diverging = [tensor_info(graph, t)]
     return ev
 
 
-def _cand_json(graph: Graph, rank: int, node: Node, ev: Event | None, jump: float, reason: str | None) -> dict[str, Any]:
+def _cand_json(graph: Graph, rank: int, node: Node, ev: Event | None, jump: float, reason: str | None) -> Candidate:
     t = graph.tensors[ev.tensor] if ev is not None else None
     main = _main_output(graph, node, t) if t is not None else None
-    return {
-        "rank": rank,
+    c = Candidate(
+        rank=rank,
         **node_info(graph, node),
-        "golden": main.golden.name if main is not None and main.golden else None,
-        "target": main.target.name if main is not None and main.target else None,
-        "score": _num(jump),
-        "how": ev.how if ev is not None else "overflow",
-        "record": t.target.name if t is not None and t.target else None,
-        "error_units": _num(units(t)) if t is not None else None,
-        "inherited_units": _num(ev.inherited / t.unit) if ev is not None and t is not None and t.unit else None,
-        "reason": reason or (f"output {ev.err / t.unit:.3g} units vs threshold {ev.threshold / t.unit:.3g} units"
-                             if ev is not None and t is not None and t.unit else "differs exactly"),
-    }
+        golden=main.golden.name if main is not None and main.golden else None,
+        target=main.target.name if main is not None and main.target else None,
+        score=_num(jump),
+        how=ev.how if ev is not None else "overflow",
+        record=t.target.name if t is not None and t.target else None,
+        error_units=_num(units(t)) if t is not None else None,
+        inherited_units=_num(ev.inherited / t.unit) if ev is not None and t is not None and t.unit else None,
+        reason=reason or (f"output {ev.err / t.unit:.3g} units vs threshold {ev.threshold / t.unit:.3g} units"
+                          if ev is not None and t is not None and t.unit else "differs exactly"),
+    )
+    c.OPTIONAL = frozenset({"gain"})  # an op's candidate always says all of these, null or not
+    return c

@@ -19,6 +19,7 @@ from ..capture.torch.naming import flatten
 from ..metrics import tensor_metrics
 from ..metrics.thresholds import SIGNIFICANT, unit
 from ..store import Dump
+from ..store.names import parameter_record_name, record_name
 from . import ReplayResult
 
 
@@ -152,7 +153,7 @@ class _Inputs:
         self.dtypes: dict[str, str] = {}
 
     def golden_record(self, t_rec: Record) -> Record:
-        for name in (self.names.get(t_rec.name), t_rec.name, f"{self.g_node}/{t_rec.direction}/{t_rec.role}/{t_rec.pos}"):
+        for name in (self.names.get(t_rec.name), t_rec.name, record_name(self.g_node, t_rec.direction, t_rec.role, t_rec.pos)):
             if name and name in self.golden:
                 return self.golden[name]
         raise Unsupported(f"golden has no counterpart of {t_rec.name}")
@@ -187,7 +188,7 @@ def _module_fn(golden: Dump, target: Dump, op: str, module: str):
                           "at module level; capture at api or aten level to replay any op)")
 
     def param(name: str) -> torch.Tensor | None:
-        key = f"{module}/parameter#0/forward/parameter/{name}"
+        key = parameter_record_name(module, name)
         if key not in golden:
             return None
         g = golden[key]
@@ -241,8 +242,8 @@ def replay(golden: Dump, target: Dump, node: str, t_call: dict[str, Any] | None,
     res.input_dtypes = dict(inputs.dtypes)
     g_outs = dict(flatten(g_out)) if g_out is not None else {}
     for pos, t in flatten(out):
-        t_rec = target.get(f"{node}/forward/output/{pos}")
-        g_rec = golden.get(names.get(t_rec.name, t_rec.name) if t_rec else "") or golden.get(f"{g_node}/forward/output/{pos}")
+        t_rec = target.get(record_name(node, "forward", "output", pos))
+        g_rec = golden.get(names.get(t_rec.name, t_rec.name) if t_rec else "") or golden.get(record_name(g_node, "forward", "output", pos))
         entry: dict[str, Any] = {"pos": pos, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
         rep = to_numpy(t)
         dt = entry["dtype"]

@@ -6,6 +6,7 @@ import ml_dtypes
 import numpy as np
 
 from ..base.record import Record, Stats
+from .names import node_name, record_name
 
 FORMAT_NAME = "opdiff-dump"
 FORMAT_VERSION = 1
@@ -51,16 +52,6 @@ def dtype_name(arr_dtype: np.dtype) -> str:
         return NUMPY_TO_NAME[np.dtype(arr_dtype)]
     except KeyError:
         raise ValueError(f"dtype {arr_dtype} cannot be stored in an opdiff dump") from None
-
-
-def node_name(module: str, op: str, call: int) -> str:
-    """The stable id of one op call: module path, op and per-(module, op) call counter."""
-    return f"{module}/{op}#{call}" if module else f"{op}#{call}"
-
-
-def record_name(node: str, direction: str, role: str, pos: str) -> str:
-    """The stable name of one tensor of an op call."""
-    return f"{node}/{direction}/{role}/{pos}"
 
 
 def part_dir(rank: int, step: int) -> str:

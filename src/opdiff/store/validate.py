@@ -17,6 +17,7 @@ from ..base.errors import DumpError
 from ..base.record import Record
 from ..base.safepath import read_regular
 from .format import DTYPES, FORMAT_NAME, FORMAT_VERSION, SAFETENSORS_TO_NAME
+from .names import KIND_CALL, KIND_TENSOR, is_call_line, line_kind
 
 MAX_META_BYTES = 64 << 20
 MAX_HEADER_BYTES = 100 << 20
@@ -99,10 +100,10 @@ def read_index(index_path: Path) -> tuple[list[Record], list[str]]:
             obj = parse_json(line)
             if not isinstance(obj, dict):
                 raise ValueError(f"a line must be a JSON object, not {type(obj).__name__}")
-            kind = obj.get("kind", "tensor")
-            if kind != "tensor":
-                if not isinstance(kind, str):
-                    raise ValueError(f"field 'kind' must be a string, not {type(kind).__name__}")
+            kind = line_kind(obj)
+            if kind != KIND_TENSOR:
+                if not kind:
+                    raise ValueError(f"field 'kind' must be a string, not {type(obj.get('kind')).__name__}")
                 continue  # other line kinds (e.g. call descriptions) are read by who needs them
             rec = Record.from_json(obj)
             check_record(rec)
@@ -120,13 +121,13 @@ def read_calls(index_path: Path) -> list[dict[str, Any]]:
     """The call-description lines of an index (kind == "call") that are sound JSON objects with a node name."""
     out = []
     for line in read_regular(index_path, what="index").split(b"\n"):
-        if b'"call"' not in line:
+        if not is_call_line(line):
             continue
         try:
             obj = parse_json(line)
         except ValueError:
             continue
-        if isinstance(obj, dict) and obj.get("kind") == "call" and isinstance(obj.get("node"), str):
+        if isinstance(obj, dict) and line_kind(obj) == KIND_CALL and isinstance(obj.get("node"), str):
             out.append(obj)
     return out
 

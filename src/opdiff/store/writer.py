@@ -36,6 +36,7 @@ from .format import (
     SHARD_DIR,
     part_dir,
 )
+from .names import call_line
 
 DEFAULT_SHARD_BYTES = 256 << 20
 # Stats-only records are flushed in batches of this many, so an interrupted run loses few.
@@ -222,7 +223,7 @@ class DumpWriter:
         """Queue one op-call description (an index line with "kind": "call"), ordered with the records."""
         if self._part is None:
             self.begin(0, 0)
-        self._batch.append(({"kind": "call", **call}, None))
+        self._batch.append((call_line(call), None))
 
     def has_name(self, name: str) -> bool:
         """True when a record of this name was already added to the current part."""

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from ..base.record import Record
-from ..store.format import dtype_name, node_name, record_name
+from ..store.format import dtype_name
+from ..store.names import node_name, record_name
 from ..store.stats import content_hash, tensor_stats
 from ..store.writer import DumpWriter
 
@@ -52,3 +53,47 @@ def write_dump(path: str | os.PathLike, tensors: Iterable[Tensor], *, mode: str 
         rec = make_record(t, with_hash=mode != "stats")
         w.add(rec, np.ascontiguousarray(t.array) if mode == "tensor" else None)
     w.close(complete=complete)
+
+
+class OpRun:
+    """Writes one run op by op: ops with input/output tensors, module calls nesting others, producer links."""
+
+    def __init__(self, path: str | os.PathLike[str], mode: str = "tensor", level: str = "aten"):
+        self.w = DumpWriter(path, {"framework": "synthetic"})
+        self.w.begin(0, 0)
+        self.mode, self.level = mode, level
+        self.calls: dict[tuple[str, str], int] = {}
+
+    def _node(self, module: str, op: str) -> tuple[str, int]:
+        call = self.calls.get((module, op), 0)
+        self.calls[(module, op)] = call + 1
+        return node_name(module, op, call), call
+
+    def tensor(self, node: str, module: str, op: str, call: int, role: str, pos: str, arr: np.ndarray,
+               src: str | None = None, level: str | None = None) -> str:
+        """Write one tensor of call `node`; returns its record name."""
+        rec = make_record(Tensor(module, op, role, pos, arr, call), level or self.level, with_hash=self.mode == "hash")
+        rec.src = src
+        self.w.add(rec, arr if self.mode == "tensor" else None)
+        return rec.name
+
+    def op(self, module: str, op: str, inputs: list[tuple[np.ndarray, str | None]], outputs: list[np.ndarray]) -> list[str]:
+        """One op call: inputs as (array, name of the record that produced it); returns output record names."""
+        node, call = self._node(module, op)
+        for i, (arr, src) in enumerate(inputs):
+            self.tensor(node, module, op, call, "input", str(i), arr, src)
+        return [self.tensor(node, module, op, call, "output", str(i), arr) for i, arr in enumerate(outputs)]
+
+    def begin(self, module: str, op: str, inputs: list[np.ndarray]) -> tuple[str, str, str, int]:
+        """Open a module call: its inputs are written now, its outputs by end()."""
+        node, call = self._node(module, op)
+        for i, arr in enumerate(inputs):
+            self.tensor(node, module, op, call, "input", str(i), arr, level="module")
+        return node, module, op, call
+
+    def end(self, started: tuple[str, str, str, int], outputs: list[np.ndarray]) -> list[str]:
+        node, module, op, call = started
+        return [self.tensor(node, module, op, call, "output", str(i), arr, level="module") for i, arr in enumerate(outputs)]
+
+    def close(self) -> None:
+        self.w.close()

@@ -66,16 +66,17 @@ class ApiMode(TorchFunctionMode):
         op = api_name(func)
         if op is None or torch._C._current_autograd_node() is not None:
             return func(*args, **kwargs)  # metadata, or a custom Function's backward (not an API call)
-        module = s.stack[-1].path if s.stack else ""
+        direction = "update" if s.phase == "update" else "backward" if s.grads_seen and not s.stack else "forward"
+        module = s.update_module(args) if direction == "update" else s.stack[-1].path if s.stack else ""
         node, call = s.recorder.node(module, op)
         if not s.wanted(module, op):
             return func(*args, **kwargs)
-        c = Call(node, module, op, "api", call,
+        c = Call(node, module, op, "api", call, direction,
                  source=user_source() if s.source else None)
         record_inputs(s, c, args, kwargs, base_op=op.rsplit(".", 1)[-1])
         out = func(*args, **kwargs)
         if op == "torch.Tensor.__setitem__" and args and isinstance(args[0], torch.Tensor):
             record_tensor(s, c, args[0], "output", "0")  # in place, returns None: the result is the target
         else:
-            record_outputs(s, c, out, grad_hooks=s.backward and torch.is_grad_enabled())
+            record_outputs(s, c, out, grad_hooks=s.backward and torch.is_grad_enabled() and direction == "forward")
         return out

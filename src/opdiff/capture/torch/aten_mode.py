@@ -65,8 +65,11 @@ class AtenMode(TorchDispatchMode):
             return out
         node = torch._C._current_autograd_node()
         extra = None
-        if node is None:
-            direction = "forward"
+        if node is None and s.phase == "update":
+            direction = "update"
+            module = s.update_module(args)
+        elif node is None:  # outside any module after the gradients arrived: gradient processing (averaging, clipping)
+            direction = "backward" if s.grads_seen and not s.stack else "forward"
             module = s.stack[-1].path if s.stack else ""
         elif not s.backward:
             return func(*args, **kwargs)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ...base.record import Record, Stats
-from ...store.format import node_name, record_name
+from ...store.names import node_name, record_name
 from ...store.stats import content_hash
 from ...store.writer import DumpWriter
 from .naming import Counters

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
 import torch
 
 from ...base.errors import OpdiffError
-from ...store.format import node_name
+from ...store.names import node_name
 from ...store.writer import DumpWriter
-from . import module_hooks
+from . import collectives, module_hooks, optim, ranks
 from .api_mode import ApiMode
 from .aten_mode import AtenMode
 from .recorder import MODES, Recorder
 
 LEVELS = ("module", "api", "aten")
+STEPS_ENV = "OPDIFF_STEPS"  # steps to capture when `steps` is not given ("0-3,8"): chosen without editing the script
 
 
 def parse_steps(steps: str | int | Iterable[int] | None) -> frozenset[int] | None:
@@ -60,7 +61,12 @@ class CaptureSession:
 
     def __init__(self, model: torch.nn.Module, path: str | os.PathLike, *, level: str = "module", mode: str = "tensor",
                  backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
-                 exclude: str | None = None, overwrite: bool = False, rank: int | None = None, source: bool = False):
+                 exclude: str | None = None, overwrite: bool = False, rank: int | None = None, source: bool = False,
+                 optimizer: torch.optim.Optimizer | None = None, when: Callable[[int], bool] | None = None):
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise OpdiffError(f"opdiff.capture: optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}")
+        if when is not None and not callable(when):
+            raise OpdiffError("opdiff.capture: when must be a callable taking the step number")
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"opdiff.capture: model must be a torch.nn.Module, not {type(model).__name__}")
         if level not in LEVELS:
@@ -69,7 +75,8 @@ class CaptureSession:
             raise OpdiffError(f"opdiff.capture: mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.model, self.path, self.level, self.mode = model, path, level, mode
         self.backward, self.source, self.overwrite = bool(backward), bool(source), overwrite
-        self.steps = parse_steps(steps)
+        self.steps = parse_steps(steps if steps is not None else os.environ.get(STEPS_ENV) or None)
+        self.optimizer, self.when = optimizer, when
         self.include, self.exclude = _regex(include, "include"), _regex(exclude, "exclude")
         self.include_text, self.exclude_text = include, exclude
         dist_rank, self.world_size = _dist_rank()
@@ -88,6 +95,12 @@ class CaptureSession:
         self._params_done = False
         self._grad_calls: dict[int, int] = {}
         self.param_owner: dict[int, str] = {}  # id(parameter) -> path of the module owning it
+        self.param_names: dict[int, tuple[str, str]] = {}  # id(parameter) -> (owner path, local name)
+        self.phase = "forward"  # "update" while the optimizer's step runs
+        self.update_owner: dict[int, str] = {}  # id(parameter or optimizer state) -> owner path, during the step
+        self.update_calls: dict = {}
+        self.grads_seen = False  # a parameter gradient was recorded this step (later collectives sync gradients)
+        self._restore_collectives = None
         self.steps_captured: list[int] = []
 
     # -- options ------------------------------------------------------------------------------
@@ -121,17 +134,23 @@ class CaptureSession:
             "source": self.source,
             "rank": self.rank,
             "world_size": self.world_size,
+            "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None,
         }
 
     # -- lifecycle ------------------------------------------------------------------------------
     def __enter__(self) -> CaptureSession:
         if self.writer is not None:
             raise OpdiffError("opdiff.capture: a capture session can be entered only once")
-        self.writer = DumpWriter(self.path, self.meta(), overwrite=self.overwrite)
+        self._staging = ranks.staging_path(self.path, self.rank, self.world_size)
+        self.writer = DumpWriter(self._staging, self.meta(), overwrite=self.overwrite)
         self.recorder = Recorder(self.writer, self.mode, self.rank)
         try:
             self.param_owner = {id(p): mpath for mpath, _, p in self._named_parameters()}
+            self.param_names = {id(p): (mpath, pname) for mpath, pname, p in self._named_parameters()}
             self._handles = module_hooks.install(self)
+            if self.optimizer is not None:
+                self._handles += optim.install(self, self.optimizer)
+            self._restore_collectives = collectives.install(self)
             if self.backward:
                 self._install_grad_hooks()
             self._begin_step()
@@ -150,6 +169,7 @@ class CaptureSession:
                                     skipped_tensors=self.recorder.skipped)
             if exc_type is None:
                 self.writer.close(complete=True)
+                ranks.merge(self.path, self._staging, self.rank)
             else:
                 try:
                     self.writer.close(complete=False)
@@ -164,8 +184,15 @@ class CaptureSession:
         self.step_index += 1
         self._begin_step()
 
+    def selected(self, step: int) -> bool:
+        """Whether `step` is captured: in `steps` (None: all) and, with `when`, when(step) is true."""
+        if self.steps is not None and step not in self.steps:
+            return False
+        return self.when is None or bool(self.when(step))
+
     def _begin_step(self) -> None:
-        if self.steps is not None and self.step_index not in self.steps:
+        self.grads_seen = False
+        if not self.selected(self.step_index):
             return  # not selected: hooks stay in place but return at once; no mode is active
         self.recorder.start_step(self.step_index)
         self.stack.clear()
@@ -201,7 +228,22 @@ class CaptureSession:
         for h in self._handles:
             h.remove()
         self._handles = []
+        if self._restore_collectives is not None:
+            self._restore_collectives()
+            self._restore_collectives = None
         self.stack.clear()
+
+    def update_module(self, args: tuple) -> str:
+        """During the optimizer's step: the module owning the first parameter or state tensor among `args`
+        (the last one seen when none is: a temporary of the same update)."""
+        for a in args:
+            for t in a if isinstance(a, (list, tuple)) else (a,):
+                if isinstance(t, torch.Tensor):
+                    owner = self.update_owner.get(id(t))
+                    if owner is not None:
+                        self._last_update_module = owner
+                        return owner
+        return getattr(self, "_last_update_module", "")
 
     # -- parameters -------------------------------------------------------------------------------
     def _named_parameters(self):
@@ -238,6 +280,7 @@ class CaptureSession:
         if not self.recording or p.grad is None or not self.wanted(mpath, "parameter"):
             return
         self.internal += 1
+        self.grads_seen = True
         try:
             k = self._grad_calls.get(id(p), 0)
             self._grad_calls[id(p)] = k + 1
@@ -250,12 +293,16 @@ class CaptureSession:
 def capture(model: torch.nn.Module, path: str | os.PathLike, *, level: str = "module", mode: str = "tensor",
             backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
             exclude: str | None = None, overwrite: bool = False, rank: int | None = None,
-            source: bool = False) -> CaptureSession:
+            source: bool = False, optimizer: torch.optim.Optimizer | None = None,
+            when: Callable[[int], bool] | None = None) -> CaptureSession:
     """Capture `model`'s calls into a dump at `path`; use as ``with capture(model, path) as cap: ...``.
 
     level: "module" (every nn.Module call), "api" (torch API calls), "aten" (aten ops, incl. backward);
     mode: "tensor" (data + statistics + hash), "stats" (statistics), "hash" (statistics + hash).
+    optimizer: also record its step (parameters before/after, gradients, state) as direction "update";
+    when: a callable step -> bool that selects steps at run time (with `steps`, both must agree).
     See docs/capture.md for every option.
     """
     return CaptureSession(model, path, level=level, mode=mode, backward=backward, steps=steps, include=include,
-                          exclude=exclude, overwrite=overwrite, rank=rank, source=source)
+                          exclude=exclude, overwrite=overwrite, rank=rank, source=source, optimizer=optimizer,
+                          when=when)

@@ -1,0 +1,97 @@
+"""torch.distributed collectives as records: inputs before, outputs after, on every rank.
+
+While a capture runs, `all_reduce`, `all_gather`, `all_gather_into_tensor`, `reduce_scatter`,
+`reduce_scatter_tensor` and `broadcast` of `torch.distributed` are wrapped (and put back on exit),
+so a difference that reaches a rank through a collective shows as a collective whose output
+differs while this rank's inputs agree; diagnose then looks at the other ranks' inputs
+(docs/diagnose.md, "Many ranks"). The wrapper calls the original with the same arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .calls import Call, record_inputs, record_tensor, user_source
+from .naming import flatten
+
+if TYPE_CHECKING:
+    from .session import CaptureSession
+
+# name -> positions (in args) of the tensors the collective writes its result into
+COLLECTIVES: dict[str, tuple[int, ...]] = {
+    "all_reduce": (0,), "all_gather": (0,), "all_gather_into_tensor": (0,), "reduce_scatter": (0,),
+    "reduce_scatter_tensor": (0,), "broadcast": (0,),
+}
+# positions whose old value is only overwritten, not read (not recorded as inputs)
+WRITE_ONLY: dict[str, tuple[int, ...]] = {"all_gather": (0,), "all_gather_into_tensor": (0,), "reduce_scatter": (0,),
+                                          "reduce_scatter_tensor": (0,)}
+OUT_KEYS = {"all_reduce": "tensor", "broadcast": "tensor", "all_gather": "tensor_list",
+            "all_gather_into_tensor": "output_tensor", "reduce_scatter": "output", "reduce_scatter_tensor": "output"}
+
+
+def install(s: CaptureSession) -> Callable[[], None]:
+    """Wrap the collectives of torch.distributed; returns the function that puts them back."""
+    dist = torch.distributed
+    if not dist.is_available():
+        return lambda: None
+    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    for name, fn in originals.items():
+        setattr(dist, name, _wrap(s, name, fn))
+
+    def restore() -> None:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
+    return restore
+
+
+def _direction(s: CaptureSession) -> str:
+    if s.phase == "update":
+        return "update"
+    if torch._C._current_autograd_node() is not None or s.grads_seen:
+        return "backward"  # gradient synchronisation (after or during backward)
+    return "forward"
+
+
+def _wrap(s: CaptureSession, name: str, fn: Callable) -> Callable:
+    op = f"torch.distributed.{name}"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any):
+        if s.internal or not s.recording:
+            return fn(*args, **kwargs)
+        module = s.stack[-1].path if s.stack else ""
+        level = "module" if s.level == "module" else s.level
+        node, call = s.recorder.node(module, op)
+        if not s.wanted(module, op):
+            return fn(*args, **kwargs)
+        c = Call(node, module, op, level, call, _direction(s), source=user_source() if s.source else None,
+                 extra={"collective": name, "world_size": s.world_size})
+        s.internal += 1
+        try:
+            skip = WRITE_ONLY.get(name, ())
+            record_inputs(s, c, tuple(None if i in skip else a for i, a in enumerate(args)),
+                          {k: v for k, v in kwargs.items() if k != OUT_KEYS[name] or not skip})
+        finally:
+            s.internal -= 1
+        s.internal += 1  # the collective's own aten ops are this record set, not more
+        try:
+            work = fn(*args, **kwargs)
+        finally:
+            s.internal -= 1
+        if kwargs.get("async_op"):
+            return work  # its result is ready only after wait(): not recorded
+        out = args[0] if args else kwargs.get(OUT_KEYS[name])
+        s.internal += 1
+        try:
+            for pos, t in flatten(out):
+                s.recorder.forget(t)
+                record_tensor(s, c, t, "output", pos)
+        finally:
+            s.internal -= 1
+        return work
+    wrapper.__opdiff_wrapped__ = True  # type: ignore[attr-defined]
+    return wrapper

@@ -1,0 +1,152 @@
+"""Typed parts of a Diagnosis: Culprit, Candidate, Evidence, ReplayResult (schema: docs/diagnose.md).
+
+The JSON writer derives from these types (`to_json`). Each keeps read access by key
+(`culprit["module"]`, `evidence.get("inputs", [])`) so that code written against the plain
+dicts of schema version 1 keeps working; optional fields are left out of the JSON while unset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+TensorInfo = dict[str, Any]  # one tensor pair as the reports show it (docs/diagnose.md, TensorInfo)
+
+
+class _Keyed:
+    """Mapping-style access to a dataclass's JSON form, and the JSON form itself."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset()  # fields written only when set
+    DROP_EMPTY: ClassVar[bool] = True  # whether an empty list or dict counts as unset
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if f.name in self.OPTIONAL and (v is None or (self.DROP_EMPTY and (v == [] or v == {}))):
+                continue
+            out[f.name] = v.to_json() if isinstance(v, _Keyed) else v
+        return out
+
+    def __getitem__(self, key: str) -> Any:
+        doc = self.to_json()
+        if key not in doc:
+            raise KeyError(key)
+        return doc[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_json().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.to_json()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_json())
+
+    def keys(self):
+        return self.to_json().keys()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in {f.name for f in fields(self)}:  # type: ignore[arg-type]
+            raise KeyError(f"{type(self).__name__} has no field {key!r}")
+        setattr(self, key, value)
+
+
+@dataclass
+class Culprit(_Keyed):
+    """The op (or module, or optimizer update) to blame, where and why."""
+
+    module: str
+    op: str
+    node: str
+    level: str
+    golden_node: str | None = None
+    golden: str | None = None  # golden record name of the culprit's output
+    target: str | None = None  # target record name of the culprit's output
+    reason: str = ""
+    how: str = ""  # output | parameter | inserted | input-changed | parent | input | overflow | update
+    step: int | None = None  # training step where it first goes wrong
+    direction: str = "forward"  # forward | backward | update
+    rank: int | None = None  # process rank (torch.distributed)
+    evidence_record: str | None = None  # (fault) the tensor where the error entered
+    score: float | None = None  # (fault) error / threshold
+    golden_overflows: bool | None = None  # (overflow) golden has inf/nan there too
+    golden_only_calls: list[str] = field(default_factory=list)
+    parameters: list[str] = field(default_factory=list)  # (update) parameters the update makes differ
+    optimizer_ops: list[str] = field(default_factory=list)  # (update) the optimizer's ops that disagree
+    hyperparameters: dict[str, Any] = field(default_factory=dict)  # (update) optimizer settings that differ
+
+    OPTIONAL = frozenset({"evidence_record", "score", "golden_overflows", "golden_only_calls", "parameters",
+                          "optimizer_ops", "hyperparameters"})
+
+
+@dataclass
+class Candidate(_Keyed):
+    """One ranked suspect (`rank` is its place in the list, 1 = the culprit)."""
+
+    rank: int
+    node: str
+    module: str
+    op: str
+    level: str
+    golden_node: str | None = None
+    golden: str | None = None
+    target: str | None = None
+    score: float | None = None
+    how: str | None = None
+    record: str | None = None
+    error_units: float | None = None
+    inherited_units: float | None = None
+    reason: str | None = None
+    gain: float | None = None  # (drift) how much it multiplies the error it receives
+
+    OPTIONAL = frozenset({"golden", "target", "how", "record", "error_units", "inherited_units", "gain"})
+
+
+@dataclass
+class Evidence(_Keyed):
+    """The tensors and settings a verdict rests on; each list left out of the JSON while empty."""
+
+    inputs: list[TensorInfo] = field(default_factory=list)
+    parameters: list[TensorInfo] = field(default_factory=list)
+    outputs: list[TensorInfo] = field(default_factory=list)
+    diverging: list[TensorInfo] = field(default_factory=list)
+    output: list[TensorInfo] = field(default_factory=list)
+    top_contributors: list[dict[str, Any]] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    gradients: list[TensorInfo] = field(default_factory=list)  # (update) the gradients, which agree
+    arrived_from: dict[str, Any] = field(default_factory=dict)  # (ranks) the rank a collective brought it from
+    parts: list[dict[str, Any]] = field(default_factory=list)  # (steps, ranks) the verdict of each pass diagnosed
+
+    OPTIONAL = frozenset({"inputs", "parameters", "outputs", "diverging", "output", "top_contributors", "settings",
+                          "gradients", "arrived_from", "parts"})
+
+
+@dataclass
+class ReplayResult(_Keyed):
+    """What replaying the culprit on golden's inputs showed (or why it was skipped)."""
+
+    status: str  # ok | skipped | error
+    reason: str | None = None
+    conclusion: str | None = None
+    confirmed: bool | None = None
+    node: str | None = None
+    op: str | None = None
+    module: str | None = None
+    level: str | None = None
+    input_dtypes: dict[str, Any] | None = None
+    arg_differences: list[dict[str, Any]] | None = None
+    outputs: list[dict[str, Any]] | None = None
+
+    DROP_EMPTY = False  # a replay that ran writes every field, empty or not
+    OPTIONAL = frozenset({"reason", "conclusion", "confirmed", "node", "op", "module", "level", "input_dtypes",
+                          "arg_differences", "outputs"})
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ReplayResult:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in known})
+
+
+__all__ = ["Culprit", "Candidate", "Evidence", "ReplayResult", "TensorInfo"]

@@ -1,0 +1,64 @@
+"""Write any loaded dump part (a foreign format's too) as an opdiff dump, keeping where it came from.
+
+`write_as_opdiff` is the one function that does it: `opdiff import tfdbg` uses it, and so should
+any other converter (`opdiff convert SRC DST`). `copy_records` adds a part's records to a writer
+that is already open (the TensorFlow op-level capture uses it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..base.record import Record
+from .source import Dump
+from .writer import DumpWriter
+
+# meta fields the writer owns: never copied from the source
+_WRITER_FIELDS = ("format", "format_version", "complete", "parts")
+
+
+def copy_records(dump: Dump, writer: DumpWriter, *, mode: str = "tensor", rank: int | None = None,
+                 keep: Callable[[Record], bool] | None = None) -> int:
+    """Add `dump`'s records to `writer` as one part; an input sharing its producer's data shares it again.
+
+    mode "tensor" copies data where the source has it; "stats" and "hash" keep summaries only.
+    Returns the number of records written.
+    """
+    writer.begin(dump.rank if rank is None else rank, dump.step)
+    written: dict[str, Record] = {}
+    for rec in dump.records:
+        if keep is not None and not keep(rec):
+            continue
+        out = Record(**{**rec.__dict__, "index": 0, "data": None})
+        if mode == "stats":
+            out.hash = None
+        first = written.get(rec.src) if rec.src else None
+        if first is not None and first.stats == rec.stats and first.hash == rec.hash:
+            writer.add(out, None, same_data_as=first if mode == "tensor" else None)
+        else:
+            if rec.src and first is None:
+                out.src = None  # its producer is not in the output
+            has = rec.data is not None and mode == "tensor"
+            writer.add(out, dump.tensor(rec, copy=True) if has else None)
+        written[rec.name] = out
+    return len(written)
+
+
+def write_as_opdiff(dump: Dump, out: str | os.PathLike[str], *, force: bool = False,
+                    extra_meta: dict[str, Any] | None = None) -> int:
+    """Write `dump` (one part) at `out` as an opdiff dump; its meta keeps the source's meta under `source_meta`.
+
+    `force` replaces an existing opdiff dump at `out` (never another directory). Returns the record count.
+    """
+    meta = {k: v for k, v in dump.meta.items() if k not in _WRITER_FIELDS}
+    meta |= {"source_format": dump.meta.get("source_format", dump.format),
+             "source": str(dump.root), "source_meta": dict(dump.meta)} | (extra_meta or {})
+    with DumpWriter(out, meta, overwrite=force) as w:
+        n = copy_records(dump, w)
+        w.update_meta(records=n)
+    return n
+
+
+__all__ = ["copy_records", "write_as_opdiff"]

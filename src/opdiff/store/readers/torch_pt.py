@@ -1,0 +1,177 @@
+"""Read one tensor from a PyTorch `.pt` file without torch and without running pickled code.
+
+A `.pt` written by `torch.save` is a zip archive: `<prefix>/data.pkl` (a pickle that rebuilds the
+object) and `<prefix>/data/<key>` (each storage's raw bytes, stored uncompressed). The pickle is
+read by an Unpickler whose `find_class` admits only the names a plain tensor needs
+(`torch._utils._rebuild_tensor_v2`, the `torch.<X>Storage` classes, `collections.OrderedDict`);
+anything else — the way a malicious payload runs code — is refused with one line naming the file.
+A contiguous tensor becomes a zero-copy `(path, byte offset)` span into the archive.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import pickle
+import struct
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from ...errors import DumpError
+from ..format import numpy_dtype
+
+# torch's storage class names (what torch.save pickles) -> opdiff dtype names
+STORAGE_DTYPES = {
+    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16", "Float8_e4m3fnStorage": "float8_e4m3fn", "Float8_e5m2Storage": "float8_e5m2",
+    "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
+    "ByteStorage": "uint8", "BoolStorage": "bool", "UInt16Storage": "uint16", "UInt32Storage": "uint32",
+    "UInt64Storage": "uint64",
+}
+_LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # zip local file header (30 bytes)
+
+
+class PtError(DumpError):
+    """A .pt file that is not a plain tensor archive (or would run code to load)."""
+
+
+@dataclass(frozen=True)
+class _Storage:
+    dtype: str
+    key: str
+    numel: int
+
+
+@dataclass(frozen=True)
+class PtTensor:
+    """One tensor of a .pt archive: dtype, shape, strides (elements) and where its storage lies."""
+
+    path: Path
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_offset: int  # elements
+    data_offset: int  # byte offset of the storage in the file
+    storage_numel: int
+
+    @property
+    def contiguous(self) -> bool:
+        expect, acc = [], 1
+        for s in reversed(self.shape):
+            expect.append(acc)
+            acc *= s
+        return all(st == ex for st, ex, n in zip(self.stride, reversed(expect), self.shape) if n > 1)
+
+    @property
+    def byte_offset(self) -> int:
+        """Byte offset of the first element (meaningful when `contiguous`)."""
+        return self.data_offset + self.storage_offset * numpy_dtype(self.dtype).itemsize
+
+    def array(self) -> np.ndarray:
+        """The tensor as a read-only numpy array (memory-mapped when contiguous, else a copy)."""
+        dt = numpy_dtype(self.dtype)
+        if self.storage_numel == 0 or math.prod(self.shape) == 0:
+            return np.zeros(self.shape, dtype=dt)
+        storage = np.memmap(self.path, dtype=dt, mode="r", offset=self.data_offset, shape=(self.storage_numel,))
+        if self.contiguous:
+            n = math.prod(self.shape)
+            return storage[self.storage_offset:self.storage_offset + n].reshape(self.shape)
+        view = np.lib.stride_tricks.as_strided(
+            storage[self.storage_offset:], shape=self.shape, strides=tuple(s * dt.itemsize for s in self.stride))
+        return np.ascontiguousarray(view)
+
+
+def _rebuild_tensor(storage: Any, storage_offset: int, size: Any, stride: Any, *_rest: Any) -> tuple[Any, ...]:
+    return ("tensor", storage, int(storage_offset), tuple(int(s) for s in size), tuple(int(s) for s in stride))
+
+
+def _rebuild_parameter(data: Any, *_rest: Any) -> Any:
+    return data
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Admits only the globals a tensor needs; storages become `_Storage` placeholders."""
+
+    def __init__(self, file: IO[bytes], path: Path):
+        super().__init__(file)
+        self._path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_tensor"):
+            return _rebuild_tensor
+        if module == "torch._utils" and name == "_rebuild_parameter":
+            return _rebuild_parameter
+        if module == "torch" and name in STORAGE_DTYPES:
+            return name
+        if module == "collections" and name == "OrderedDict":
+            return collections.OrderedDict
+        raise PtError(f"{self._path}: refused to load: the pickle asks for {module}.{name} (not a plain tensor; nothing was run)")
+
+    def persistent_load(self, pid: Any) -> Any:
+        try:
+            kind, storage_type, key, _location, numel = pid
+        except (TypeError, ValueError):
+            raise PtError(f"{self._path}: unexpected persistent id in the pickle") from None
+        if kind != "storage" or storage_type not in STORAGE_DTYPES:
+            raise PtError(f"{self._path}: unsupported storage {storage_type!r}")
+        return _Storage(STORAGE_DTYPES[storage_type], str(key), int(numel))
+
+
+def _member_offset(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
+    """Byte offset of a stored (uncompressed) member's data inside the archive file."""
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise PtError(f"{path}: storage {info.filename} is compressed (not written by torch.save)")
+    fp = zf.fp
+    assert fp is not None
+    fp.seek(info.header_offset)
+    head = fp.read(_LOCAL_HEADER.size)
+    fields = _LOCAL_HEADER.unpack(head)
+    if fields[0] != b"PK\x03\x04":
+        raise PtError(f"{path}: corrupt zip local header for {info.filename}")
+    return int(info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10])
+
+
+def read_pt(path: str | Path) -> PtTensor:
+    """The single tensor saved in `path` by torch.save; one-line PtError for anything else."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            pkl = next((n for n in names if n.endswith("/data.pkl") or n == "data.pkl"), None)
+            if pkl is None:
+                raise PtError(f"{path}: not a torch.save archive (no data.pkl)")
+            prefix = pkl[: -len("data.pkl")]
+            order = zf.read(prefix + "byteorder").decode().strip() if prefix + "byteorder" in names else "little"
+            if order != "little":
+                raise PtError(f"{path}: {order}-endian tensors are not supported")
+            with zf.open(pkl) as f:
+                obj = _RestrictedUnpickler(f, path).load()
+            if not (isinstance(obj, tuple) and obj and obj[0] == "tensor"):
+                raise PtError(f"{path}: holds a {type(obj).__name__}, not a single tensor")
+            _, storage, offset, shape, stride = obj
+            member = prefix + "data/" + storage.key
+            try:
+                info = zf.getinfo(member)
+            except KeyError:
+                raise PtError(f"{path}: storage {member} is missing from the archive") from None
+            if info.file_size < storage.numel * numpy_dtype(storage.dtype).itemsize:
+                raise PtError(f"{path}: storage {member} is truncated")
+            data_offset = _member_offset(path, zf, info)
+    except zipfile.BadZipFile:
+        raise PtError(f"{path}: not a zip archive (legacy or damaged .pt; re-save with torch.save)") from None
+    except FileNotFoundError:
+        raise PtError(f"{path}: tensor file is missing") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, struct.error) as exc:
+        raise PtError(f"{path}: corrupt pickle in the archive ({exc})") from None
+    except OSError as exc:
+        raise PtError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(stride) != len(shape):
+        raise PtError(f"{path}: tensor shape {shape} and stride {stride} disagree")
+    need = offset + sum((n - 1) * s for n, s in zip(shape, stride)) + 1 if math.prod(shape) else 0
+    if need > storage.numel:
+        raise PtError(f"{path}: tensor reaches past its storage")
+    return PtTensor(path, storage.dtype, shape, stride, offset, data_offset, storage.numel)
