@@ -142,3 +142,11 @@ def test_complete_as_a_string_is_not_complete(runs, tmp_path):
     (d / "meta.json").write_text(json.dumps(meta))
     line = _one_error_line(run_cli("compare", runs["gpt2"], d, "-o", tmp_path / "o"))
     assert "'complete'" in line and "--allow-partial" in line
+
+
+def test_nan_in_meta_is_refused_not_a_traceback_in_the_report(runs, tmp_path):
+    d = copy_dump(runs["gpt2"], tmp_path / "nan")
+    meta = json.loads((d / "meta.json").read_text())
+    meta["host"] = float("nan")  # found by the fuzz on main: the JSON report raised "Out of range"
+    (d / "meta.json").write_text(json.dumps(meta))
+    assert "NaN is not JSON" in _one_error_line(run_cli("compare", runs["gpt2"], d, "-o", tmp_path / "o"))

@@ -34,9 +34,16 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def parse_json(raw: bytes | str) -> Any:
-    """Strict JSON: a repeated key is an error (which of the two would win is a guess); ValueError."""
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json(raw: bytes | str, *, finite: bool = False) -> Any:
+    """Strict JSON: a repeated key is an error (which of the two would win is a guess); with `finite`,
+    so are NaN and Infinity (not JSON, and every report that copies the value would choke on it)."""
     try:
+        if finite:
+            return json.loads(raw, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
         return json.loads(raw, object_pairs_hook=_no_duplicate_keys)
     except RecursionError:
         raise ValueError("nested too deeply") from None
@@ -48,7 +55,7 @@ def read_meta(meta_path: Path) -> tuple[dict[str, Any], list[str]]:
     """meta.json checked: (meta, problems). A meta that does not say `"complete": true` is a problem."""
     raw = read_regular(meta_path, what="meta.json", limit=MAX_META_BYTES)
     try:
-        meta = parse_json(raw)
+        meta = parse_json(raw, finite=True)
     except ValueError as exc:
         raise DumpError(f"{meta_path}: corrupt meta.json ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
