@@ -46,13 +46,13 @@ def check_regex(value: str | None, what: str) -> None:
     try:
         re.compile(value)
     except re.error as exc:
-        raise OpdiffError(f"opdiff run: bad {what} regex {value!r}: {exc}") from None
+        raise OpdiffError(f"bad {what} regex {value!r}: {exc}") from None
 
 
 def check_steps(value: str | None) -> None:
     """One-line error for a steps option that is not e.g. "0,2" or "0-3,8"."""
     if value is not None and not _STEPS_RE.match(value):
-        raise OpdiffError(f"opdiff run: bad --steps {value!r} (expected e.g. \"0,2\" or \"0-3,8\")")
+        raise OpdiffError(f"bad --steps {value!r} (expected e.g. \"0,2\" or \"0-3,8\")")
 
 
 def prepare_dump(dump: Path, force: bool) -> None:

@@ -61,7 +61,7 @@ def run_cmd(out, level, mode, steps, backward, include, exclude, model, loss_abo
     except OSError as exc:
         if not existed:
             out.rmdir()
-        raise OpdiffError(f"opdiff run: cannot start {command[0]!r}: {exc.strerror or exc}") from None
+        raise OpdiffError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from None
     rc = _wait(proc)
     rc = 128 - rc if rc < 0 else rc  # killed by signal N: the shell's 128 + N
     meta = runenv.assemble(out, list(command), rc)
