@@ -78,9 +78,10 @@ def child_env(dump: Path, options: dict[str, str | None], base: dict[str, str] |
 
 def _read_meta(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((path / META).read_text(encoding="utf-8"))
+        meta = json.loads((path / META).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return meta if isinstance(meta, dict) else None
 
 
 def _move_children(src: Path, dst: Path) -> None:

@@ -19,7 +19,7 @@ LEVELS = ("module", "api", "aten")
 MODES = ("tensor", "stats", "hash")
 
 
-def _wait(proc: subprocess.Popen) -> int:
+def _wait(proc: subprocess.Popen[bytes]) -> int:
     """Wait for the command; Ctrl-C reaches it directly, so keep waiting while it shuts down and closes its dump."""
     while True:
         try:
@@ -42,7 +42,8 @@ def _wait(proc: subprocess.Popen) -> int:
               help="Capture a step only when the loss of the step before was above this (or not finite).")
 @click.option("--force", is_flag=True, help="Replace DUMP if it is an opdiff dump already.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run_cmd(out, level, mode, steps, backward, include, exclude, model, loss_above, force, command):
+def run_cmd(out: Path, level: str, mode: str, steps: str | None, backward: bool, include: str | None,
+            exclude: str | None, model: str | None, loss_above: float | None, force: bool, command: tuple[str, ...]) -> int:
     """Run COMMAND (e.g. `python train.py ARGS`) and capture the model it trains into DUMP, unmodified.
 
     Steps follow the optimizer's step() calls, ranks follow torch.distributed. Exits with COMMAND's exit code.

@@ -65,7 +65,7 @@ class Launcher:
         self.failed = False  # the script died of an uncaught exception
         self.local = threading.local()  # .depth: module calls running in this thread; .scaler: inside GradScaler.step
         self.last_loss: torch.Tensor | None = None
-        self._restore: list = []
+        self._restore: list[Any] = []
         self._unwrap_call: Any = lambda: None
 
     # -- installing -----------------------------------------------------------------------
@@ -143,6 +143,7 @@ class Launcher:
         try:
             s = CaptureSession(module, self.path, when=when, **self.options)
             s.__enter__()
+            assert s.writer is not None
             s.writer.update_meta(run={"launcher": "opdiff run", "argv": list(sys.argv), "pid": os.getpid()})
         except Exception as exc:
             _say(f"capture not started: {exc}")
@@ -171,7 +172,7 @@ class Launcher:
         """The first optimizer stepping the model's parameters is the one whose steps count."""
         if self.optimizer is None and self._owns(optimizer):
             s = self.session
-            assert s is not None
+            assert s is not None and s.writer is not None
             self.optimizer = s.optimizer = optimizer
             from . import optim
 

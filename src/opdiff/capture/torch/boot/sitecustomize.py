@@ -12,6 +12,10 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -40,7 +44,7 @@ def _started() -> None:
 class _TorchImportHook:
     """A meta path finder that runs `_started` right after the module `torch` has been executed."""
 
-    def find_spec(self, name, path, target=None):
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         if name != "torch":
             return None
         sys.meta_path.remove(self)
@@ -54,7 +58,7 @@ class _TorchImportHook:
             return spec
         exec_module = spec.loader.exec_module
 
-        def run(module):
+        def run(module: Any) -> None:
             exec_module(module)
             _started()
         spec.loader.exec_module = run
