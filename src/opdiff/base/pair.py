@@ -13,7 +13,7 @@ from .record import Record
 from .vocab import NA
 
 
-@dataclass
+@dataclass(slots=True)
 class PairResult:
     """One golden/target tensor pair and what the comparison found."""
 

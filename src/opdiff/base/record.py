@@ -6,10 +6,11 @@ Also its statistics. Field meanings: docs/format.md. Plain dataclasses; no stage
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from sys import intern
 from typing import Any
 
 
-@dataclass
+@dataclass(slots=True)
 class Stats:
     """Summary of a tensor. min/max/mean/std/norm are over its finite elements, in float64."""
 
@@ -32,7 +33,7 @@ class Stats:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     """One captured tensor: where it ran, what it is, its statistics, and where its data lies.
 
@@ -98,23 +99,27 @@ class Record:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Record:
         stats = d.get("stats")
+        data = d.get("data")
+        if data is not None and isinstance(data.get("file"), str):  # one string per shard, not per record
+            data["file"] = intern(data["file"])
         return cls(
             index=int(d["index"]),
             name=d["name"],
             node=d["node"],
-            module=d["module"],
-            op=d["op"],
-            level=d["level"],
+            # few distinct values repeated on every record: one string object each (less memory per record)
+            module=intern(d["module"]),
+            op=intern(d["op"]),
+            level=intern(d["level"]),
             call=int(d["call"]),
-            direction=d["direction"],
-            role=d["role"],
-            pos=str(d["pos"]),
-            dtype=d["dtype"],
+            direction=intern(d["direction"]),
+            role=intern(d["role"]),
+            pos=intern(str(d["pos"])),
+            dtype=intern(d["dtype"]),
             shape=tuple(int(s) for s in d["shape"]),
             stats=Stats.from_json(stats) if stats is not None else None,
             hash=d.get("hash"),
             source=d.get("source"),
-            data=d.get("data"),
+            data=data,
             src=d.get("src"),
             extra=d.get("extra") or {},
         )

@@ -218,14 +218,17 @@ def _table(dtype: str) -> np.ndarray:
     return t
 
 
+_FLIP = {np.dtype(t): t(np.iinfo(t).max) for t in (np.int8, np.int16, np.int32, np.int64)}
+
+
 def _from_key(key, dtype: str, bits_dtype) -> float:
-    """The float a min/max key stands for."""
+    """The float a min/max key stands for (a numpy scalar view: no array is made)."""
     if bits_dtype is None:
         return float(key)
     b = bits_dtype.type(key)
     if b < 0:
-        b = b ^ bits_dtype.type(np.iinfo(bits_dtype).max)
-    return float(np.array([b], dtype=bits_dtype).view(numpy_dtype(dtype))[0])
+        b = b ^ _FLIP[bits_dtype]
+    return float(b.view(numpy_dtype(dtype)))
 
 
 def _measure(flat: np.ndarray, dtype: str) -> Stats:

@@ -14,7 +14,7 @@ from ..base.errors import OpdiffError
 from ..base.outdir import claim_dir
 from .common import open_dump
 
-FORMATS = ("csv", "xlsx", "json", "html")
+FORMATS = ("csv", "xlsx", "json", "html", "model-explorer")
 REPORT_STEM = "compare"
 
 
@@ -83,12 +83,12 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     from ..report import WRITERS, print_summary
 
     cmp = compare(g, t, mapping=mapping, mode=mode, thresholds=th, workers=workers, progress=not no_progress)
-    written = []
-    for f in fmts:
-        path = out_dir / f"{REPORT_STEM}.{f}"
+    paths = [out_dir / (f if f == "model-explorer" else f"{REPORT_STEM}.{f}") for f in fmts]  # overlays: a folder
+    # the verdict first: the report files (XLSX alone takes seconds on big comparisons) are written
+    # after it, before the command returns
+    print_summary(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
+    for f, path in zip(fmts, paths):
         WRITERS[f](cmp, path)
-        written.append(str(path))
-    print_summary(cmp, top=top, outputs=written, allow_unmatched=allow_unmatched)
     return 0 if cmp.passed(allow_unmatched) else 1
 
 

@@ -35,7 +35,8 @@ def _out_file(path: str | None, force: bool) -> Path | None:
 @click.option("--map", "map_file", type=click.Path(), help="Mapping file (as for compare): renames and fusions.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON (schema: docs/diagnose.md).")
 @click.option("-o", "--out", "out", type=click.Path(), help="Also write the diagnosis JSON to this file.")
-@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--force", is_flag=True, help="Overwrite --out and --html if they exist.")
+@click.option("--html", "html_file", type=click.Path(), help="Also write the visual HTML report to this file (docs/report.md).")
 @click.option("--level", type=click.Choice(LEVELS), default=None, help="Diagnose only the records of this capture level.")
 @click.option("--rank", type=int, default=None, help="Rank to diagnose (default: every rank).")
 @click.option("--step", type=int, default=None, help="Step to diagnose (default: every step, reporting the first that diverges).")
@@ -43,7 +44,8 @@ def _out_file(path: str | None, force: bool) -> Path | None:
               help="Confirm the culprit by replaying it on golden's inputs (needs tensor mode and torch).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel workers for the comparison.")
 @click.option("--allow-partial", is_flag=True, help="Diagnose an incomplete (cut-off) dump up to where it stops.")
-def diagnose_cmd(golden, target, map_file, as_json, out, force, level, rank, step, replay, workers, allow_partial):
+def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level, rank, step, replay, workers,
+                 allow_partial):
     """Name the op where TARGET first goes wrong against GOLDEN, and why.
 
     One verdict: pass, inputs-differ, overflow, fault (with the culprit op) or drift.
@@ -54,18 +56,29 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, level, rank, ste
     from ..match.mapping import load_mapping
 
     out_path = _out_file(out, force)
+    html_path = _out_file(html_file, force)
     mapping = load_mapping(map_file) if map_file else None
     g = open_dump(golden, rank, step, allow_partial, "diagnose")
     t = open_dump(target, rank, step, allow_partial, "diagnose")
-    d = diagnose(g, t, mapping=mapping, replay=replay, level=level, workers=workers, rank=rank, step=step)
+    cmp = None
+    if html_path is not None:  # the report shows every pair: keep the comparison diagnose makes
+        from ..compare import compare
+
+        cmp = compare(g, t, mapping=mapping, workers=workers)
+    d = diagnose(g, t, mapping=mapping, comparison=cmp, replay=replay, level=level, workers=workers, rank=rank, step=step)
     if out_path is not None:
         write_json(d, out_path)
+    if html_path is not None:
+        from ..report import write_html
+
+        write_html(cmp, html_path, diagnosis=d, title=f"opdiff diagnose: {g.root.name} vs {t.root.name}")
     if as_json:
         click.echo(to_json_text(d))
     else:
         render(d, Console(width=160), golden=str(g.root), target=str(t.root))
-        if out_path is not None:
-            click.echo(f"diagnosis written to {out_path}")
+        for p in (out_path, html_path):
+            if p is not None:
+                click.echo(f"written: {p}")
     return d.exit_code
 
 

@@ -1,10 +1,13 @@
 """The hot loop: every real-data metric of a tensor pair in one streaming pass over chunks.
 
-Each chunk (float32 or float64, both sides the same dtype, cache-sized) is folded into float64
-accumulators. All-finite chunks take a vectorized path (fastmath is safe there: no nan/inf);
-chunks holding nan/inf take a careful scalar path that counts them and skips them. LLVM does not
-vectorize float max reductions, so maxima are taken over the int64 bit patterns of the
-non-negative error buffers. All functions release the GIL (nogil) and are cached on disk.
+Each chunk (float32 or float64, both sides the same dtype) is folded in blocks of BLOCK elements
+into float64 accumulators by two vectorized loops per block (the sums and relative errors, then
+the KL terms; both read the block from L1), whatever the data: the KL log is computed with
+arithmetic and integer ops (no libm call, which would stop vectorization). nan/inf are found in
+the same loop by integer tests on the bits; a block holding any is discarded and folded again by a
+careful scalar path that counts them and skips them. Maxima are taken over the int64 bit patterns
+of non-negative float64s (integer max reductions vectorize, float ones do not). All functions
+release the GIL (nogil) and are cached on disk.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import math
 
 import numba as nb
 import numpy as np
+from numba import types
+from numba.extending import intrinsic, overload
 
 EPS64 = float(np.finfo(np.float64).eps)  # msprobe's FLOAT_EPSILON: the relative-error guard for golden == 0
 EPS32 = float(np.finfo(np.float32).eps)  # msaccucmp's floor of the normalized KL distributions
@@ -33,6 +38,7 @@ N_CNT = 11
 # kernel parameter slots: KL normalization (x - min) * inv per side, and the shifts for mean/std
 P_GMIN, P_GINV, P_TMIN, P_TINV, P_GSHIFT, P_TSHIFT = 0, 1, 2, 3, 4, 5
 N_PARAM = 6
+BLOCK = 1 << 12  # elements per fused loop: nan/inf found in a block send only that block down the careful path
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy")
 _FAST = dict(_OPTS, fastmath=True)
@@ -47,32 +53,114 @@ def new_state() -> tuple[np.ndarray, np.ndarray]:
     return acc, cnt
 
 
-@nb.njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
-def all_finite(g, t):
-    """True when neither chunk holds nan or inf (x * 0 is nan exactly for those)."""
-    s = 0.0
-    for i in range(g.size):
-        s += np.float64(g[i]) * 0.0 + np.float64(t[i]) * 0.0
-    return s == 0.0
+@intrinsic
+def _as_int(typingctx, x):
+    """The bits of a float as a same-width signed integer (a no-op bitcast: vectorizes)."""
+    if not isinstance(x, types.Float):
+        return None
+    ity = types.int64 if x.bitwidth == 64 else types.int32
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], context.get_value_type(ity))
+
+    return ity(x), codegen
+
+
+@intrinsic
+def _as_float(typingctx, x):
+    """The float64 whose bits are the int64 `x`."""
+    if x != types.int64:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
+
+    return types.float64(x), codegen
+
+
+def _is_nonfinite(x):
+    """1 when the float x is nan or inf (all exponent bits set), else 0: integer ops only, so that
+    no fast-math assumption can remove the test."""
+
+
+@overload(_is_nonfinite, inline="always")
+def _is_nonfinite_impl(x):
+    if x == types.float32:
+        return lambda x: np.int64((_as_int(x) & np.int32(0x7F800000)) == np.int32(0x7F800000))
+    return lambda x: np.int64((_as_int(x) & np.int64(0x7FF0000000000000)) == np.int64(0x7FF0000000000000))
+
+
+_LN2 = math.log(2.0)
+_SQRT2 = math.sqrt(2.0)
+# log(m) = 2 atanh(s), s = (m - 1)/(m + 1), |s| <= 0.1716: 2s (1 + z/3 + z^2/5 + ...), z = s^2, to z^10 (< 3e-17)
+_C = tuple(2.0 / (2 * k + 1) for k in range(1, 11))
+
+
+_MANT = 0x000FFFFFFFFFFFFF
+_ONE = 0x3FF0000000000000
+
+
+@nb.njit(inline="always", fastmath=True)
+def _log_ratio_parts(a, b):
+    """log(a / b) for positive normal float64 a, b, without libm (so the loop vectorizes), as
+    e ln2 + log(ma/mb): a = 2^ea ma, b = 2^eb mb with ma, mb in [1, 2), one of them doubled so that
+    ma/mb lies in [1/sqrt2, sqrt2]. Returns (e, ma - mb, ma + mb): the caller forms
+    s = (ma - mb)/(ma + mb) (sharing one division with other work) and calls _log_ratio_finish.
+    ma - mb is exact, so s keeps its full relative precision when a and b are close."""
+    ia = _as_int(a)
+    ib = _as_int(b)
+    e = (ia >> 52) - (ib >> 52)
+    ma = _as_float((ia & _MANT) | _ONE)
+    mb = _as_float((ib & _MANT) | _ONE)
+    up = ma > _SQRT2 * mb
+    dn = mb > _SQRT2 * ma
+    mb = mb * 2.0 if up else mb
+    ma = ma * 2.0 if dn else ma
+    e = e + 1 if up else (e - 1 if dn else e)
+    return np.float64(e), ma - mb, ma + mb
+
+
+@nb.njit(inline="always", fastmath=True)
+def _log_ratio_finish(e, s):
+    """e ln2 + 2 atanh(s) for |s| <= 0.1716, by the series 2s (1 + s^2/3 + ... + s^14/15): its
+    truncation error is below 4e-14 of the result (docs/metrics.md)."""
+    z = s * s
+    q = _C[6]
+    q = _C[5] + z * q
+    q = _C[4] + z * q
+    q = _C[3] + z * q
+    q = _C[2] + z * q
+    q = _C[1] + z * q
+    q = _C[0] + z * q
+    return e * _LN2 + (s * z * q + 2.0 * s)
 
 
 @nb.njit(**_FAST)
-def _sums(g, t, p, acc, sad):
-    s_ad = 0.0
-    s_d2 = 0.0
-    s_g2 = 0.0
-    s_t2 = 0.0
-    s_gt = 0.0
-    s_gc = 0.0
-    s_tc = 0.0
-    s_gc2 = 0.0
-    s_tc2 = 0.0
-    ndiff = 0.0
+def _block_fast(g, t, p, o):
+    """Every sum of one block into o (accumulator slots); returns (nan/inf seen, elements that differ,
+    KL terms the arithmetic log cannot take, max |t - g| and max r as int64 bits). Assumes nothing:
+    the caller discards the block's sums when nan/inf were seen (fastmath makes them meaningless)."""
+    s_ad = s_d2 = s_g2 = s_t2 = s_gt = 0.0
+    s_gc = s_tc = s_gc2 = s_tc2 = 0.0
+    s_rel = c1 = c5 = s_acc = 0.0
+    sa = sb = sl = sd = 0.0
+    ndiff = 0
+    bad = 0
+    odd = 0
+    m_ad = 0
+    m_rel = 0
     kg = p[P_GSHIFT]
     kt = p[P_TSHIFT]
+    gmin = p[P_GMIN]
+    ginv = p[P_GINV]
+    tmin = p[P_TMIN]
+    tinv = p[P_TINV]
     for i in range(g.size):
-        gi = np.float64(g[i])
-        ti = np.float64(t[i])
+        gr = g[i]
+        tr = t[i]
+        bad += _is_nonfinite(gr) + _is_nonfinite(tr)
+        gi = np.float64(gr)
+        ti = np.float64(tr)
         d = ti - gi
         ad = abs(d)
         s_ad += ad
@@ -86,141 +174,108 @@ def _sums(g, t, p, acc, sad):
         s_tc += tc
         s_gc2 += gc * gc
         s_tc2 += tc * tc
-        ndiff += 1.0 if ti != gi else 0.0
-        sad[i] = ad
-    acc[A_SUM_AD] += s_ad
-    acc[A_SUM_D2] += s_d2
-    acc[A_SUM_G2] += s_g2
-    acc[A_SUM_T2] += s_t2
-    acc[A_SUM_GT] += s_gt
-    acc[A_SUM_GC] += s_gc
-    acc[A_SUM_TC] += s_tc
-    acc[A_SUM_GC2] += s_gc2
-    acc[A_SUM_TC2] += s_tc2
-    return ndiff
-
-
-@nb.njit(**_FAST)
-def _relative(g, t, p, acc, sad, srel):
-    """Relative errors (msprobe) and the KL terms (msaccucmp); returns how many KL terms need a real log."""
-    s_rel = 0.0
-    c1 = 0.0
-    c5 = 0.0
-    s_acc = 0.0
-    sa = 0.0
-    sb = 0.0
-    sl = 0.0
-    sd = 0.0
-    far = 0.0
-    gmin = p[P_GMIN]
-    ginv = p[P_GINV]
-    tmin = p[P_TMIN]
-    tinv = p[P_TINV]
-    for i in range(g.size):
-        gi = np.float64(g[i])
-        ti = np.float64(t[i])
+        ndiff += np.int64(ti != gi)
+        m_ad = max(m_ad, _as_int(ad))
         ag = abs(gi)
         den = ag if ag != 0.0 else EPS64
-        r = sad[i] / den
-        srel[i] = r
+        r = ad / den
+        m_rel = max(m_rel, _as_int(r))
         s_rel += r
         c1 += 1.0 if r < 0.001 else 0.0
         c5 += 1.0 if r < 0.005 else 0.0
         s_acc += r if ag > EPS64 else 0.0
-        a = (ti - tmin) * tinv
+    # the KL terms in a second loop over the same block (in L1): one loop holding every sum runs
+    # out of vector registers and is slower than the two
+    for i in range(g.size):
+        a = (np.float64(t[i]) - tmin) * tinv
         a = a if a > EPS32 else EPS32
-        b = (gi - gmin) * ginv
+        b = (np.float64(g[i]) - gmin) * ginv
         b = b if b > EPS32 else EPS32
         sa += a
         sb += b
         sd += a - b
-        x = (a - b) / b
-        ok = abs(x) < KL_SERIES_MAX
-        lg = x * (1.0 - x * (0.5 - x * (1.0 / 3.0 - x * 0.25)))
-        sl += a * lg if ok else 0.0
-        far += 0.0 if ok else 1.0
-    acc[A_SUM_REL] += s_rel
-    acc[A_CNT_1K] += c1
-    acc[A_CNT_5K] += c5
-    acc[A_SUM_ACC] += s_acc
-    acc[A_KL_SA] += sa
-    acc[A_KL_SB] += sb
-    acc[A_KL_SL] += sl
-    acc[A_KL_SD] += sd
-    return far
+        odd += _is_nonfinite(a) + _is_nonfinite(b)  # the arithmetic log takes positive normal numbers only
+        e, num, sden = _log_ratio_parts(a, b)
+        sl += a * _log_ratio_finish(e, num / sden)
+    o[A_SUM_AD] = s_ad
+    o[A_SUM_D2] = s_d2
+    o[A_SUM_G2] = s_g2
+    o[A_SUM_T2] = s_t2
+    o[A_SUM_GT] = s_gt
+    o[A_SUM_GC] = s_gc
+    o[A_SUM_TC] = s_tc
+    o[A_SUM_GC2] = s_gc2
+    o[A_SUM_TC2] = s_tc2
+    o[A_SUM_REL] = s_rel
+    o[A_CNT_1K] = c1
+    o[A_CNT_5K] = c5
+    o[A_SUM_ACC] = s_acc
+    o[A_KL_SA] = sa
+    o[A_KL_SB] = sb
+    o[A_KL_SL] = sl
+    o[A_KL_SD] = sd
+    return bad, ndiff, odd, m_ad, m_rel
 
 
 @nb.njit(**_OPTS)
-def _kl_far(g, t, p, acc):
-    """The KL terms the series cannot take, with a real log1p."""
+def _kl_far(g, t, p):
+    """The KL sum with a real log1p where the series cannot take a term (ratios the arithmetic log cannot take)."""
     sl = 0.0
     for i in range(g.size):
         a = max((np.float64(t[i]) - p[P_TMIN]) * p[P_TINV], EPS32)
         b = max((np.float64(g[i]) - p[P_GMIN]) * p[P_GINV], EPS32)
         x = (a - b) / b
-        if not abs(x) < KL_SERIES_MAX:
+        if abs(x) < KL_SERIES_MAX:
+            sl += a * (x * (1.0 - x * (0.5 - x * (1.0 / 3.0 - x * 0.25))))
+        else:
             sl += a * math.log1p(x)
-    acc[A_KL_SL] += sl
-
-
-@nb.njit(**_OPTS)
-def _max_bits(buf, n):
-    """Largest of n non-negative finite float64s, via their int64 bit patterns (vectorizes)."""
-    ia = buf[:n].view(np.int64)
-    m = 0
-    for i in range(n):
-        m = max(m, ia[i])
-    return m
+    return sl
 
 
 @nb.njit(**_OPTS)
 def _bits(x):
     """The int64 bit pattern of a float64 (orders like the value for x >= 0)."""
-    a = np.empty(1, dtype=np.float64)
-    a[0] = x
-    return a.view(np.int64)[0]
+    return _as_int(np.float64(x))
 
 
 @nb.njit(**_OPTS)
-def chunk_fast(g, t, p, acc, cnt, sad, srel, base):
-    """Fold one all-finite chunk starting at flat index `base` into the accumulators."""
+def chunk_fast(g, t, p, acc, cnt, o, base):
+    """Fold one block starting at flat index `base`; False (and nothing folded) when it holds nan/inf."""
     n = g.size
-    cnt[C_DIFF] += np.int64(_sums(g, t, p, acc, sad))
-    if _relative(g, t, p, acc, sad, srel) > 0.0:
-        _kl_far(g, t, p, acc)
+    bad, ndiff, odd, m_ad, m_rel = _block_fast(g, t, p, o)
+    if bad > 0:
+        return False
+    if odd > 0:
+        o[A_KL_SL] = _kl_far(g, t, p)
+    for k in range(A_MAX_AD):
+        acc[k] += o[k]
+    acc[A_KL_SD] += o[A_KL_SD]
+    cnt[C_DIFF] += ndiff
     cnt[C_FINITE] += n
-    m = _max_bits(sad, n)
-    ia = sad[:n].view(np.int64)
-    if cnt[C_WORST_IDX] < 0 or m > _bits(acc[A_MAX_AD]):
+    if cnt[C_WORST_IDX] < 0 or m_ad > _bits(acc[A_MAX_AD]):
         for i in range(n):
-            if ia[i] == m:
-                acc[A_MAX_AD] = sad[i]
+            ad = abs(np.float64(t[i]) - np.float64(g[i]))
+            if _as_int(ad) == m_ad:
+                acc[A_MAX_AD] = ad
                 acc[A_WORST_G] = g[i]
                 acc[A_WORST_T] = t[i]
                 cnt[C_WORST_IDX] = base + i
                 break
-    mr = _max_bits(srel, n)
-    if mr > _bits(acc[A_MAX_REL]):
-        ir = srel[:n].view(np.int64)
-        for i in range(n):
-            if ir[i] == mr:
-                acc[A_MAX_REL] = srel[i]
-                break
+    if m_rel > _bits(acc[A_MAX_REL]):
+        acc[A_MAX_REL] = _as_float(m_rel)
+    return True
 
 
 @nb.njit(**_OPTS)
-def fold(g, t, p, acc, cnt, sad, srel, base):
-    """Fold a chunk of any length in cache-sized blocks (len(sad)): the vectorized path for
-    all-finite blocks, the careful one for blocks holding nan/inf."""
+def fold(g, t, p, acc, cnt, o, base):
+    """Fold a chunk of any length in cache-sized blocks (BLOCK): one fused vectorized loop per
+    block, the careful element-by-element path for blocks holding nan/inf. `o` is scratch (N_ACC)."""
     n = g.size
-    step = sad.size
-    for s in range(0, n, step):
-        e = min(n, s + step)
+    for s in range(0, n, BLOCK):
+        e = min(n, s + BLOCK)
         gs = g[s:e]
         ts = t[s:e]
-        if all_finite(gs, ts):
-            chunk_fast(gs, ts, p, acc, cnt, sad, srel, base + s)
-        else:
+        if not chunk_fast(gs, ts, p, acc, cnt, o, base + s):
             chunk_careful(gs, ts, p, acc, cnt, base + s)
 
 

@@ -24,7 +24,6 @@ from . import names as M
 from .names import ERR_MESSAGE  # re-exported: the key of a metrics dict that carries the reasons
 
 CHUNK_ELEMENTS = 1 << 20  # elements read per side at a time (4 MB of fp32)
-BLOCK_ELEMENTS = 1 << 13  # elements the kernel folds at a time: its scratch stays in L1/L2
 FAULT_AROUND = max(mmap.PAGESIZE, 64 << 10)  # Linux's default fault_around_bytes
 # dtypes float32 cannot hold exactly: their pairs run through the float64 kernel
 _WIDE = frozenset({"float64", "int64", "int32", "uint64", "uint32"})
@@ -71,10 +70,10 @@ class Workspace:
         return b
 
     def block(self, role: str) -> np.ndarray:
-        """A float64 scratch buffer of one kernel block."""
+        """A float64 scratch row for one kernel block's sums."""
         b = self._bufs.get((role, None))
         if b is None:
-            b = self._bufs[(role, None)] = np.empty(BLOCK_ELEMENTS, dtype=np.float64)
+            b = self._bufs[(role, None)] = np.zeros(K.N_ACC, dtype=np.float64)
         return b
 
     def mapped(self, path: Path) -> mmap.mmap:
@@ -222,14 +221,14 @@ def pair_metrics(
     p[K.P_GSHIFT], p[K.P_TSHIFT] = g_shift, t_shift
     acc, cnt = K.new_state()
     kd = kernel_dtype(golden.dtype, target.dtype)
-    sad, srel = ws.block("sad"), ws.block("srel")
+    scratch = ws.block("sums")
     rg = _Reader(golden, ws, "g", kd, verify)
     rt = _Reader(target, ws, "t", kd, verify)
     for start in range(0, n, ws.chunk):
         count = min(ws.chunk, n - start)
         g = rg.read(start, count)
         t = rt.read(start, count)
-        K.fold(g, t, p, acc, cnt, sad, srel, start)
+        K.fold(g, t, p, acc, cnt, scratch, start)
     rg.finish()
     rt.finish()
     g_absmax = None if g_lo is None else max(abs(g_lo), abs(g_hi))
@@ -334,3 +333,19 @@ def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float 
     })
     out[ERR_MESSAGE] = "; ".join(msgs)
     return out
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the kernels for every array signature compare uses:
+    float32/float64, each side writable (an upcast chunk) or read-only (a mapped shard), with and
+    without nan (the careful path)."""
+    for dt in (np.float32, np.float64):
+        for g_ro in (False, True):
+            for t_ro in (False, True):
+                g = np.arange(5, dtype=dt)
+                t = g.copy()
+                t[1] = np.nan
+                g.setflags(write=not g_ro)
+                t.setflags(write=not t_ro)
+                tensor_metrics(g, t)
+                K.finite_range(g)
