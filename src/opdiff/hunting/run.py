@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import OpdiffError
-from ..base.outdir import claim_dir
+from ..base.outdir import prepare_outputs
 from ..compare.rows import write_atomic
 from ..store import Dump, load
 from .capture_fn import CaptureBlock, run_with_capture
@@ -93,14 +92,7 @@ def check_rerun(first: Dump, second: Dump, who: str) -> None:
 
 
 def _prepare(out: Path, force: bool) -> None:
-    if claim_dir(out, force, hint="use --force to replace hunt's outputs"):
-        for name in OUTPUTS:
-            p = out / name
-            if p.is_dir():
-                shutil.rmtree(p)
-            elif p.exists():
-                p.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_outputs(out, force, OUTPUTS, hint="use --force to replace hunt's outputs")
 
 
 def _capture_pass(fns: dict[str, Callable], out: Path, tag: str, mode: str, level: str,
