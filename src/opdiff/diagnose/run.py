@@ -7,9 +7,8 @@ from typing import Any
 
 from ..base.errors import OpdiffError
 from ..base.vocab import STATUS_UNMATCHED
-from ..compare.sameness import check_comparable
 from ..store import Dump, load
-from . import backward, trust
+from . import backward
 from .graph import Graph, build
 from .inputs import differing_inputs
 from .local import calibrate, events
@@ -99,7 +98,6 @@ def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike,
 def diagnose_pass(golden: Dump, target: Dump, comparison, *, level: str | None = None, direction: str = "forward",
                   replay: bool = False) -> Diagnosis:
     """One pass (`direction`) of one (rank, step) part, from its comparison."""
-    check_comparable(golden, target, mapping=comparison.mapping)  # a reused comparison was not checked here
     pairs = [p for p in comparison.results if _keep(level)(p)]
     if level is not None and not any((p.target or p.golden).level == level for p in pairs):  # type: ignore[union-attr]
         have = sorted({(p.target or p.golden).level for p in comparison.results})  # type: ignore[union-attr]
@@ -117,7 +115,6 @@ def diagnose_pass(golden: Dump, target: Dump, comparison, *, level: str | None =
     warnings = _warnings(golden, target, graph, pairs, noise.run_dtype)
     diag = decide(graph, noise, evs, first_overflow(graph), differing_inputs(graph, noise), warnings,
                   replayable=replay)
-    trust.apply(diag, comparison, pairs)
     settings = settings_diff(golden, target)
     if settings:
         diag.evidence.settings = settings
