@@ -11,24 +11,9 @@ import tempfile
 import time
 
 import torch
-from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from opdiff.fusion.inductor import fusion_torch
-
-
-class ScaleErf(CustomGraphPass):
-    """Wrong on purpose: the first erf's result times 1.01."""
-
-    def __call__(self, g: torch.fx.Graph) -> None:
-        for n in list(g.nodes):
-            if n.op == "call_function" and n.target == torch.ops.aten.erf.default:
-                with g.inserting_after(n):
-                    m = g.call_function(torch.ops.aten.mul.Tensor, (n, 1.01))
-                n.replace_all_uses_with(m, delete_user_cb=lambda u: u is not m)
-                return
-
-    def uuid(self) -> str:
-        return "opdiff-bench-scale-erf-1.01"
+from opdiff.testing.inductor_passes import ScaleErf
 
 
 def block(width: int, act: torch.nn.Module) -> torch.nn.Module:

@@ -47,7 +47,7 @@ TARGETS = {("module", "stats"): 1.2, ("api", "stats"): 1.5, ("aten", "stats"): 2
 # ---------------------------------------------------------------------------------------------- child
 def _zoo():
     """opdiff's zoo module loaded by path: the msprobe interpreter has no opdiff installed."""
-    for p in (ROOT / "src/opdiff/testing/zoo.py", ROOT / "src/opdiff/zoo.py"):
+    for p in (ROOT / "src/opdiff/testing/zoo.py",):
         if p.exists():
             spec = importlib.util.spec_from_file_location("_bench_zoo", p)
             mod = importlib.util.module_from_spec(spec)

@@ -26,22 +26,8 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 ENTRY = '''
 import torch
 from torch._inductor import config
-from torch._inductor.custom_graph_pass import CustomGraphPass
 
-
-class ScaleErf(CustomGraphPass):
-    """Wrong on purpose: the first erf's result (GELU's) times 1.01."""
-
-    def __call__(self, g):
-        for n in list(g.nodes):
-            if n.op == "call_function" and n.target == torch.ops.aten.erf.default:
-                with g.inserting_after(n):
-                    m = g.call_function(torch.ops.aten.mul.Tensor, (n, 1.01))
-                n.replace_all_uses_with(m, delete_user_cb=lambda u: u is not m)
-                return
-
-    def uuid(self):
-        return "opdiff-test-scale-erf-1.01"
+from opdiff.testing.inductor_passes import ScaleErf
 
 
 class MLP(torch.nn.Module):

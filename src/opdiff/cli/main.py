@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -24,16 +25,11 @@ def _register() -> None:
     import pkgutil
     from importlib import import_module
 
-    names = sorted(m.name for m in pkgutil.iter_modules(_pkg_path())
+    here = [str(Path(__file__).parent)]
+    names = sorted(m.name for m in pkgutil.iter_modules(here)
                    if m.name.endswith("_cmd") or m.name == "inspect_cmds")
     for name in names:
         import_module(f"opdiff.cli.{name}").register(cli)
-
-
-def _pkg_path() -> list[str]:
-    from pathlib import Path
-
-    return [str(Path(__file__).parent)]
 
 
 _register()

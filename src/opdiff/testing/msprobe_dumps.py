@@ -26,14 +26,11 @@ LAYERS, WIDTH, HEADS, SEQ, BATCH, VOCAB = 2, 64, 4, 16, 2, 128
 
 def _zoo():
     """opdiff's zoo module, loaded by path so that this script needs no installed opdiff."""
-    here = Path(__file__).resolve().parent
-    for path in (here / "zoo.py", here.parent / "zoo.py"):
-        if path.exists():
-            spec = importlib.util.spec_from_file_location("_opdiff_zoo", path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)  # type: ignore[union-attr]
-            return mod
-    raise FileNotFoundError("opdiff zoo.py not found next to msprobe_dumps.py")
+    path = Path(__file__).resolve().parent / "zoo.py"
+    spec = importlib.util.spec_from_file_location("_opdiff_zoo", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
 
 
 def build_model(dtype: str = "float32", fault_layer: int | None = None, seed: int = 0, **sizes: int):

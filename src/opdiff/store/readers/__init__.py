@@ -45,5 +45,12 @@ def load(path: str | os.PathLike[str], *, rank: int | None = None, step: int | N
 
 
 def list_parts(path: str | os.PathLike[str], format: str | None = None) -> list[tuple[int, int]]:
-    """The (rank, step) parts of a dump, sorted."""
-    return load(path, format=format).parts
+    """The (rank, step) parts of a dump, sorted: from the reader's own scan where it has one
+    (no index is parsed), else from opening the first part."""
+    p = Path(path)
+    reader = find_reader(p, format)
+    scan = getattr(reader, "list_parts", None)
+    if scan is not None:
+        parts: list[tuple[int, int]] = scan(p)
+        return parts
+    return load(p, format=format).parts
