@@ -87,15 +87,12 @@ def record_outputs(s: CaptureSession, c: Call, out: Any, grad_hooks: bool) -> No
     for pos, t in flatten(out):
         record_tensor(s, c, t, "output", pos)
         if grad_hooks and t.requires_grad:
-            t.register_hook(partial(grad_hook, s, s.step_index, c, "output", pos))
+            t.register_hook(partial(grad_hook, s, s.state.step_index, c, "output", pos))
 
 
 def grad_hook(s: CaptureSession, step: int, c: Call, role: str, pos: str, grad: torch.Tensor) -> None:
     """Record the gradient w.r.t. one input/output of a call (direction backward, same node)."""
-    if not s.recording or s.step_index != step or grad is None:
+    if grad is None or not s.state.live(step):
         return
-    s.internal += 1
-    try:
+    with s.state.own_code():
         record_tensor(s, c, grad, role, pos, direction="backward")
-    finally:
-        s.internal -= 1
