@@ -34,7 +34,12 @@ class PairResult:
     precision: str = ""  # dtype class the verdict used: the lower of both dtypes and of what ran before (docs/compare.md)
 
     @property
-    def name(self) -> str:
+    def record(self) -> Record:
+        """The target record, or golden's for a golden record without counterpart (a pair has at least one)."""
         rec = self.target or self.golden
         assert rec is not None
-        return rec.name
+        return rec
+
+    @property
+    def name(self) -> str:
+        return self.record.name

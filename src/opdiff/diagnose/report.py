@@ -129,6 +129,6 @@ def _clean(x: Any) -> Any:
     return x
 
 
-def write_json(d: Diagnosis, path: str | os.PathLike) -> None:
+def write_json(d: Diagnosis, path: str | os.PathLike[str]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.write(to_json_text(d) + "\n")
