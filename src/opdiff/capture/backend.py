@@ -17,7 +17,8 @@ from typing import Any, Protocol
 class CaptureBackend(Protocol):
     """One framework's capture: `handles(model)` is a cheap type check, `capture` does the work."""
 
-    framework: str
+    @property
+    def framework(self) -> str: ...
 
     def handles(self, model: object) -> bool: ...
 

@@ -50,7 +50,7 @@ def api_name(func) -> str | None:
     return name
 
 
-class ApiMode(CallDispatch, TorchFunctionMode):
+class ApiMode(CallDispatch[Callable[..., Any]], TorchFunctionMode):
     """Records each top-level torch API call of the forward, attributed to the innermost module."""
 
     LEVEL = "api"

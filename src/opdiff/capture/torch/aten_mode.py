@@ -7,15 +7,15 @@ did. Views and metadata-only ops are skipped; in-place ops are kept (docs/captur
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .calls import Call, record_outputs
 from .dispatch import CallDispatch, Site
-from .module_hooks import NODE_KEY
+from .module_hooks import NODE_KEY, node_metadata
 
 # no computation worth comparing: metadata, identity/aliasing, or memory allocation only
 SKIP_OPS = frozenset({
@@ -44,20 +44,20 @@ def aten_name(func) -> str | None:
     return name
 
 
-class AtenMode(CallDispatch, TorchDispatchMode):
+class AtenMode(CallDispatch[OpOverload], TorchDispatchMode):
     """Records each aten op of forward (and, with backward=True, of backward)."""
 
     LEVEL = "aten"
     op_name = staticmethod(aten_name)
     __torch_dispatch__ = CallDispatch.intercept
 
-    def run_unnamed(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def run_unnamed(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         out = func(*args, **kwargs)
         if func in _VIEWS and args and isinstance(args[0], torch.Tensor):
             self.s.recorder.link_view(out, args[0])  # src of a later op looks through the view
         return out
 
-    def site(self, func: Callable[..., Any], op: str, args: tuple[Any, ...]) -> Site | None:
+    def site(self, func: OpOverload, op: str, args: tuple[Any, ...]) -> Site | None:
         node = torch._C._current_autograd_node()
         if node is None:  # the optimizer's update; gradient processing outside any module; the forward
             return super().site(func, op, args)
@@ -67,16 +67,16 @@ class AtenMode(CallDispatch, TorchDispatchMode):
         if grad_fn == ACCUMULATE_GRAD:  # a parameter's gradient accumulation: its owner module
             module = self.state.param_owner.get(id(getattr(node, "variable", None)), "")
         else:
-            module = node.metadata.get(NODE_KEY, "")
+            module = node_metadata(node).get(NODE_KEY, "")
         return module, "backward", {"grad_fn": grad_fn}
 
-    def base_op(self, func: Callable[..., Any], op: str) -> str:
+    def base_op(self, func: OpOverload, op: str) -> str:
         return func._schema.name.removeprefix("aten::")
 
     def wants_source(self, direction: str) -> bool:
         return direction == "forward"
 
-    def record_result(self, func: Callable[..., Any], c: Call, args: tuple[Any, ...], kwargs: dict[str, Any],
+    def record_result(self, func: OpOverload, c: Call, args: tuple[Any, ...], kwargs: dict[str, Any],
                       out: Any) -> None:
         s = self.s
         if not func._schema.is_mutable:

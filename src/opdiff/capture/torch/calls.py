@@ -10,6 +10,7 @@ import os
 import sys
 from dataclasses import dataclass
 from functools import partial
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -29,7 +30,7 @@ _SKIP_DIRS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.
 
 def user_source() -> str | None:
     """"file:line" of the innermost caller outside torch and opdiff (the code that made the call)."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
         if not name.startswith(_SKIP_DIRS):

@@ -8,7 +8,7 @@ named, which module and direction a call belongs to, and how its results are rec
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from .calls import Call, record_inputs, user_source
 
@@ -17,13 +17,13 @@ if TYPE_CHECKING:
 
 # where a call is recorded: (module path, direction, extra fields of its records or None)
 Site = tuple[str, str, dict[str, Any] | None]
+F = TypeVar("F", bound=Callable[..., Any])  # what the mode intercepts: a torch function, an aten OpOverload
 
 
-class CallDispatch:
+class CallDispatch(Generic[F]):
     """Mixin for a torch mode: `dispatch(func, args, kwargs)` runs and records one intercepted call."""
 
     LEVEL: ClassVar[str]  # the records' level ("api", "aten")
-    op_name: ClassVar[Callable[[Any], str | None]]  # the op's name in records; None: never recorded
 
     def __init__(self, session: CaptureSession):
         super().__init__()
@@ -31,11 +31,16 @@ class CallDispatch:
         self.state = session.state
 
     # -- what a mode supplies ---------------------------------------------------------------------
-    def run_unnamed(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    @staticmethod
+    def op_name(func: Any) -> str | None:
+        """The op's name in records; None for a call that is never recorded."""
+        raise NotImplementedError
+
+    def run_unnamed(self, func: F, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run a call that `op_name` does not name."""
         return func(*args, **kwargs)
 
-    def site(self, func: Callable[..., Any], op: str, args: tuple[Any, ...]) -> Site | None:
+    def site(self, func: F, op: str, args: tuple[Any, ...]) -> Site | None:
         """Module, direction and extra fields of this call's records; None to run it unrecorded.
 
         Here, for a call that no autograd node runs: the optimizer's update (named after the module
@@ -45,7 +50,7 @@ class CallDispatch:
         direction = st.ambient_direction()
         return (st.update_module(args) if direction == "update" else st.module_path()), direction, None
 
-    def base_op(self, func: Callable[..., Any], op: str) -> str:
+    def base_op(self, func: F, op: str) -> str:
         """The op's short name ("add_", "copy_"), which says whether it overwrites its first argument."""
         raise NotImplementedError
 
@@ -53,18 +58,18 @@ class CallDispatch:
         """Whether a call of this direction gets the user's source line (when `source=True`)."""
         return True
 
-    def record_result(self, func: Callable[..., Any], c: Call, args: tuple[Any, ...], kwargs: dict[str, Any],
+    def record_result(self, func: F, c: Call, args: tuple[Any, ...], kwargs: dict[str, Any],
                       out: Any) -> None:
         """Record the outputs of a call that has just run."""
         raise NotImplementedError
 
     # -- the skeleton -----------------------------------------------------------------------------
-    def intercept(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
+    def intercept(self, func: F, types: Any, args: tuple[Any, ...] = (),
                   kwargs: dict[str, Any] | None = None) -> Any:
         """A mode's `__torch_function__` / `__torch_dispatch__`."""
         return self.dispatch(func, args, kwargs or {})
 
-    def dispatch(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def dispatch(self, func: F, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         st = self.state
         if st.internal or not st.recording:
             return func(*args, **kwargs)

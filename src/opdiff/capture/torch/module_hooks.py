@@ -85,11 +85,16 @@ def _post(s: CaptureSession, path: str, op: str, is_root: bool, module, args: tu
     with st.own_code():
         if frame.call is not None:
             record_outputs(s, frame.call, output, grad_hooks=s.backward and torch.is_grad_enabled())
-        if frame.grad_inputs:
+        if frame.grad_inputs and frame.call is not None:
             watch_input_grads(s, frame.call, frame.grad_inputs, output, frame.seq0)
         if s.tag_graph:
             tag_autograd_nodes(output, path, frame.seq0)
         return None
+
+
+def node_metadata(fn: Any) -> dict[str, Any]:
+    """An autograd node's metadata dict (torch's typing declares a method; its C++ nodes hold a dict attribute)."""
+    return fn.metadata
 
 
 def tag_autograd_nodes(output: Any, path: str, seq0: int) -> None:
@@ -106,7 +111,7 @@ def tag_autograd_nodes(output: Any, path: str, seq0: int) -> None:
         if seq < seq0 or seq in visited:
             continue  # made before this call (an earlier module's), or already walked
         visited.add(seq)
-        md = fn.metadata
+        md = node_metadata(fn)
         if NODE_KEY not in md:
             md[NODE_KEY] = path
         todo.extend(n for n, _ in fn.next_functions if n is not None)

@@ -60,6 +60,9 @@ def _dist_rank() -> tuple[int, int]:
 class CaptureSession:
     """`with opdiff.capture(model, path, ...) as cap:` ... `cap.step()` between training iterations."""
 
+    writer: DumpWriter  # made on entering the `with` block
+    recorder: Recorder
+
     def __init__(self, model: torch.nn.Module, path: str | os.PathLike, *, level: str = "module", mode: str = "tensor",
                  backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
                  exclude: str | None = None, overwrite: bool = False, rank: int | None = None, source: bool = False,
@@ -84,8 +87,7 @@ class CaptureSession:
         self.rank = dist_rank if rank is None else int(rank)
         self.tag_graph = level == "aten" and self.backward
         self.state = CaptureState()  # everything that changes while capturing (state.py)
-        self.writer: DumpWriter | None = None
-        self.recorder: Recorder | None = None
+        self._entered = False
         self._handles: list = []
         self._mode: ApiMode | AtenMode | None = None
         self._wanted: dict[tuple[str, str], bool] = {}
@@ -127,11 +129,12 @@ class CaptureSession:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def __enter__(self) -> CaptureSession:
-        if self.writer is not None:
+        if self._entered:
             raise OpdiffError("opdiff.capture: a capture session can be entered only once")
         self._staging = ranks.staging_path(self.path, self.rank, self.world_size)
         self.writer = DumpWriter(self._staging, self.meta(), overwrite=self.overwrite)
         self.recorder = Recorder(self.writer, self.mode, self.rank)
+        self._entered = True
         try:
             self.state.index_parameters(self._named_parameters())
             self._handles = module_hooks.install(self)
@@ -165,7 +168,7 @@ class CaptureSession:
 
     def step(self) -> None:
         """End the current training step and start the next (call it between iterations)."""
-        if self.writer is None or self.recorder is None:
+        if not self._entered:
             raise OpdiffError("opdiff.capture: step() called outside the `with` block")
         self._end_step()
         self.state.next_step()
