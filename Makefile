@@ -8,13 +8,13 @@ STAMP  := $(VENV)/.installed
 # would pull a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: venv venv-msprobe demo test lint bench clean
+.PHONY: venv venv-msprobe venv-msprobe-prev demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e ".[torch,onnx,tf,test,lint]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[torch,onnx,tf,test,lint,report,browser,explorer]" "$(TORCH_PIN)"
 	$(PY) -m opdiff.warm
 	touch $(STAMP)
 
@@ -31,6 +31,18 @@ $(MSPROBE_VENV)/.installed:
 	touch $@
 
 venv-msprobe: $(MSPROBE_VENV)/.installed
+
+# The previous mindstudio-probe release, over .venv-msprobe's torch and transformers (a .pth file):
+# OPDIFF_MSPROBE_PYTHON=$(MSPROBE_PREV_VENV)/bin/python .venv/bin/python -m pytest tests/test_reader_msprobe.py
+MSPROBE_PREV_VENV := .venv-msprobe-prev
+$(MSPROBE_PREV_VENV)/.installed: $(MSPROBE_VENV)/.installed
+	test -x $(MSPROBE_PREV_VENV)/bin/python || $(PYTHON) -m venv $(MSPROBE_PREV_VENV)
+	$(MSPROBE_VENV)/bin/python -c "import site; print(site.getsitepackages()[0])" > \
+	  "$$($(MSPROBE_PREV_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/msprobe_base.pth"
+	$(MSPROBE_PREV_VENV)/bin/pip install -q --no-deps mindstudio-probe==26.1.0.post1
+	touch $@
+
+venv-msprobe-prev: $(MSPROBE_PREV_VENV)/.installed
 
 demo: $(STAMP)
 	$(VENV)/bin/opdiff demo --force

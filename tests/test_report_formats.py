@@ -100,14 +100,15 @@ def test_json_is_strict_and_follows_the_schema(cmp, tmp_path):
     assert rep["pairs"][0]["bitwise_equal"] is True
 
 
-def test_json_writes_non_finite_metrics_as_strings(cmp):
+def test_json_writes_non_finite_metrics_as_null_with_sibling(cmp):
     from dataclasses import replace
 
     from opdiff.report.json import pair_json
 
     r = replace(cmp.results[0], metrics={"MaxAbsErr": float("inf"), "Cosine": float("nan"), "EucDist": -float("inf")})
-    m = json.loads(json.dumps(pair_json(r), allow_nan=False))["metrics"]
-    assert m == {"MaxAbsErr": "Infinity", "Cosine": "NaN", "EucDist": "-Infinity"}
+    p = json.loads(json.dumps(pair_json(r), allow_nan=False))
+    assert p["metrics"] == {"MaxAbsErr": None, "Cosine": None, "EucDist": None}
+    assert p["metrics_nonfinite"] == {"MaxAbsErr": "inf", "Cosine": "nan", "EucDist": "-inf"}
 
 
 def test_console_summary(cmp):

@@ -1,7 +1,11 @@
-"""The HTML report: one self-contained page whose table holds every pair, coloured by result."""
+"""The HTML report: one self-contained page holding every pair, the diagnosis and value samples
+(the page itself is driven in a real browser by tests/test_report_browser.py)."""
 
 from __future__ import annotations
 
+import base64
+import gzip
+import json
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -31,21 +35,33 @@ def _dump(path, bad_layer: int | None) -> None:
             x = np.tanh(x) * np.float32(1.01 if i == bad_layer else 1.0)
 
 
-class _Rows(HTMLParser):
+class _Page(HTMLParser):
+    """The page's external references and its embedded data document."""
+
     def __init__(self):
         super().__init__()
-        self.classes: list[str] = []
         self.external: list[str] = []
+        self.data = ""
+        self._in_data = False
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        if tag == "tr" and "class" in a:
-            self.classes.append(a["class"])
-        if tag in ("script", "link", "img") and (a.get("src") or a.get("href")):
+        if tag in ("script", "link", "img", "iframe") and (a.get("src") or a.get("href")):
             self.external.append(a.get("src") or a.get("href"))
+        self._in_data = a.get("id") == "opdiff-data"
+
+    def handle_data(self, data):
+        if self._in_data:
+            self.data += data
 
 
-def test_html_table_has_every_pair_and_the_diagnosis(tmp_path):
+def _doc(text: str) -> tuple[dict, list[str]]:
+    page = _Page()
+    page.feed(text)
+    return json.loads(gzip.decompress(base64.b64decode(page.data))), page.external
+
+
+def test_html_embeds_every_pair_the_diagnosis_and_samples(tmp_path):
     _dump(tmp_path / "g", None)
     _dump(tmp_path / "t", 2)
     g, t = load(tmp_path / "g"), load(tmp_path / "t")
@@ -54,13 +70,19 @@ def test_html_table_has_every_pair_and_the_diagnosis(tmp_path):
     out = tmp_path / "report.html"
     write_html(cmp, out, diagnosis=diag)
     text = out.read_text()
-    parser = _Rows()
-    parser.feed(text)
-    assert len(parser.classes) == len(cmp.results) == 10
-    assert parser.classes.count("FAIL") == sum(r.result == "FAIL" for r in cmp.results) > 0
-    assert parser.external == []  # self-contained
-    assert "Diagnosis: FAULT" in text and "blocks.2" in text
-    assert "First FAIL" in text
+    doc, external = _doc(text)
+    assert external == []  # self-contained: nothing fetched at view time
+    assert "Plotly" in text and "cdn.plot.ly" not in text.split("opdiff-data")[1]  # plotly.js inlined
+    rec = doc["records"]
+    assert len(rec["name"]) == len(cmp.results) == 10
+    assert [doc["results"][k] for k in rec["res"]] == [r.result for r in cmp.results]
+    assert doc["diagnosis"]["verdict"] == "fault" and doc["diagnosis"]["culprit"]["module"] == "blocks.2"
+    assert rec["module"][doc["culprit"]] == "blocks.2" and rec["name"][doc["culprit"]].endswith("output/0")
+    # the culprit's error in rounding units: 1 % off in float32 is ~1.7e5 u; an exact pair is 0 u
+    assert rec["eu"][doc["culprit"]] > 1e4 and rec["eu"][0] == 0
+    s = doc["samples"][str(doc["culprit"])]
+    gv = g.tensor(cmp.results[doc["culprit"]].golden).reshape(-1)
+    assert len(s["g"]) == len(s["t"]) == gv.size == 32 and abs(s["g"][5] - float(gv[5])) < 1e-5
 
 
 def test_compare_cli_writes_html(tmp_path):

@@ -8,16 +8,22 @@ numpy only; comparison and diagnosis load on first use.
 from __future__ import annotations
 
 import cmd
+import json
+import os
 import re
 import shlex
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from .base import numfmt
+from .base.termsafe import safe
 from .errors import OpdiffError
 from .store import Dump, Record
 from .store.format import numpy_dtype
@@ -83,16 +89,50 @@ def resolve(dump: Dump, ref: str) -> Record:
     return hits[0]
 
 
-def _fmt(x: Any) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, (bool, np.bool_)):
-        return str(bool(x))
-    if isinstance(x, (int, np.integer)):
-        return str(int(x))
-    if isinstance(x, (float, np.floating)):
-        return f"{float(x):.6g}"
-    return str(x)
+def _fmt(x: Any, key: str = "") -> str:
+    """A value as the shell shows it: cosines with enough digits near 1, the rest via numfmt."""
+    if key == "Cosine":
+        return numfmt.cosine(x)
+    return numfmt.num(x, 6)
+
+
+HISTORY_ENV = "OPDIFF_HISTORY"  # file of the shell's history; empty: keep none
+
+
+def history_file() -> Path | None:
+    """Where the shell keeps its history: $OPDIFF_HISTORY, else $XDG_STATE_HOME/opdiff/shell_history
+    (~/.local/state/opdiff/shell_history): in the user's state directory, never inside a dump."""
+    env = os.environ.get(HISTORY_ENV)
+    if env is not None:
+        return Path(env).expanduser() if env else None
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "opdiff" / "shell_history"
+
+
+def call_args_text(call: dict[str, Any]) -> str:
+    """The arguments of a captured call line: tensors by their record's position, other values as recorded."""
+    def one(v: Any) -> str:
+        if isinstance(v, dict) and "tensor" in v:
+            name = v.get("tensor")
+            return f"<tensor {'/'.join(name.rsplit('/', 2)[-2:]) if name else v.get('dtype', '?')}>"
+        if isinstance(v, dict) and set(v) == {"tuple"}:
+            return "(" + ", ".join(one(x) for x in v["tuple"]) + ("," if len(v["tuple"]) == 1 else "") + ")"
+        if isinstance(v, list):
+            return "[" + ", ".join(one(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k}: {one(x)}" for k, x in v.items()) + "}"
+        return json.dumps(v) if isinstance(v, str) else repr(v)
+
+    parts = [one(a) for a in call.get("args") or []]
+    parts += [f"{k}={one(v)}" for k, v in (call.get("kwargs") or {}).items()]
+    return ", ".join(parts)
+
+
+def complete_names(dump: Dump, text: str, limit: int = 500) -> list[str]:
+    """Record and node names starting with `text` (nodes first: shorter), at most `limit`."""
+    nodes = dict.fromkeys(r.node for r in dump.records if r.node.startswith(text))
+    names = [r.name for r in dump.records if r.name.startswith(text)]
+    return (list(nodes) + names)[:limit]
 
 
 class Shell(cmd.Cmd):
@@ -112,19 +152,65 @@ class Shell(cmd.Cmd):
 
     # -- plumbing ----------------------------------------------------------------------
     def onecmd(self, line: str) -> bool:
+        """Run one command; any mistake prints one line and the shell goes on."""
         try:
             return super().onecmd(line)
         except OpdiffError as exc:
-            self.con.print(f"[red]error:[/] {exc}")
-        except (ValueError, KeyError) as exc:
-            self.con.print(f"[red]error:[/] {exc}")
+            self.con.print(f"[red]error:[/] {safe(exc)}", markup=True, highlight=False)
+        except re.error as exc:
+            self.con.print(f"[red]error:[/] bad regex: {safe(exc)}", highlight=False)
+        except KeyboardInterrupt:
+            self.con.print("[dim]interrupted[/]")
+        except Exception as exc:
+            self.con.print(f"[red]error:[/] {type(exc).__name__}: {safe(exc)}", highlight=False)
         return False
+
+    def get_names(self) -> list[str]:
+        """Commands `help` lists: without the EOF entry (Ctrl-D) that cmd.Cmd would show."""
+        return [n for n in super().get_names() if n != "do_EOF"]
+
+    def preloop(self) -> None:
+        """Interactive: complete whole record names (no splitting at / # .) and load the history."""
+        self._readline = None
+        if not self.use_rawinput:
+            return
+        try:
+            import readline
+        except ImportError:  # Windows without pyreadline: no completion, no history
+            return
+        self._readline = readline
+        readline.set_completer_delims(" \t\n")
+        path = history_file()
+        if path is not None and path.is_file():
+            try:
+                readline.read_history_file(path)
+            except OSError:
+                pass
+
+    def postloop(self) -> None:
+        path = history_file()
+        if self._readline is None or path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._readline.set_history_length(2000)
+            self._readline.write_history_file(path)
+        except OSError as exc:
+            self.con.print(f"[yellow]warning:[/] history not saved to {path}: {exc}")
+
+    def completenames(self, text: str, *ignored: Any) -> list[str]:
+        return [n for n in super().completenames(text, *ignored) if n != "EOF"]
+
+    def completedefault(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        """Complete record names and node names (of the target with -t, else golden)."""
+        dump = self.s.target if (" -t " in f" {line} " and self.s.target is not None) else self.s.golden
+        return complete_names(dump, text)
 
     def emptyline(self) -> bool:
         return False
 
     def default(self, line: str) -> bool:
-        self.con.print(f"[red]unknown command:[/] {line.split()[0]} (type help)")
+        self.con.print(f"[red]unknown command:[/] {safe(line.split()[0])} (type help)")
         return False
 
     @staticmethod
@@ -163,7 +249,10 @@ class Shell(cmd.Cmd):
             elif a == "--module":
                 module = next(it, None)
             elif a == "--limit":
-                limit = int(next(it, "50"))
+                value = next(it, "")
+                if not value.isdigit():
+                    raise OpdiffError(f"--limit takes a number of records, not {value!r}")
+                limit = int(value)
             else:
                 name = a
         recs = dump.select(name=name, op=op, module=module)
@@ -172,7 +261,7 @@ class Shell(cmd.Cmd):
             table.add_column(col, overflow="fold")
         for r in recs[:limit] if limit else recs:
             st = r.stats
-            table.add_row(str(r.index), r.name, r.dtype, "x".join(map(str, r.shape)) or "()",
+            table.add_row(str(r.index), safe(r.name), safe(r.dtype), "x".join(map(str, r.shape)) or "()",
                           _fmt(st.min if st else None), _fmt(st.max if st else None), _fmt(st.mean if st else None))
         self.con.print(table)
         if limit and len(recs) > limit:
@@ -188,18 +277,21 @@ class Shell(cmd.Cmd):
                   ("source", r.source), ("produced by", r.src), ("data", r.data["file"] if r.data else None)]
         for k, v in fields:
             if v is not None:
-                self.con.print(f"[bold]{k:>12}[/]: {v}")
+                self.con.print(f"[bold]{k:>12}[/]: {safe(v)}")
         if r.stats:
             self.con.print("[bold]       stats[/]: " + "  ".join(f"{k}={_fmt(v)}" for k, v in r.stats.to_json().items()))
+        call = next((c for c in dump.calls if c.get("node") == r.node and c.get("direction", r.direction) == r.direction), None)
+        if call is not None:
+            self.con.print("[bold]   arguments[/]: " + escape(f"{r.op}({call_args_text(call)})"), highlight=False)
         siblings = [x for x in dump.records if x.node == r.node and x.name != r.name]
         if siblings:
-            self.con.print(f"[bold]other tensors of {r.node}[/]:")
+            self.con.print(f"[bold]other tensors of {safe(r.node)}[/]:")
             for x in siblings:
-                self.con.print(f"  #{x.index} {x.direction}/{x.role}/{x.pos}  {x.dtype} {list(x.shape)}")
+                self.con.print(f"  #{x.index} {safe(x.direction)}/{safe(x.role)}/{safe(x.pos)}  {safe(x.dtype)} {list(x.shape)}")
         if self.s.target is not None and self.s.comparison is not None:
             p = self.s.pair_for(r.name)
             if p is not None:
-                self.con.print(f"[bold]      result[/]: {p.result} ({p.match}, {p.status}) {p.err_message}")
+                self.con.print(f"[bold]      result[/]: {p.result} ({p.match}, {p.status}) {safe(p.err_message)}")
 
     do_info = do_ni
 
@@ -211,7 +303,7 @@ class Shell(cmd.Cmd):
         opts = {"threshold": sys.maxsize} if "--full" in rest else {"threshold": 200, "edgeitems": 3}
         with np.printoptions(precision=6, suppress=False, linewidth=150, **opts):
             shown = arr.astype(np.float32) if numpy_dtype(r.dtype).kind == "V" or r.dtype in ("bfloat16",) or r.dtype.startswith("float8") else arr
-            self.con.print(f"[bold]{r.name}[/] {r.dtype} {list(r.shape)}", highlight=False)
+            self.con.print(f"[bold]{safe(r.name)}[/] {safe(r.dtype)} {list(r.shape)}", highlight=False)
             self.con.print(np.array2string(np.asarray(shown)), highlight=False, markup=False)
 
     def do_cmp(self, line: str) -> None:
@@ -234,15 +326,15 @@ class Shell(cmd.Cmd):
         from .match.align import Pair
 
         res = compare_pair(self.s.golden, target, Pair(golden=g, target=t, match="name" if g.name == t.name else "mapping"))
-        self.con.print(f"[bold]{g.name}[/] vs [bold]{t.name}[/]: [bold]{res.result}[/] ({res.mode}, {res.status})")
+        self.con.print(f"[bold]{safe(g.name)}[/] vs [bold]{safe(t.name)}[/]: [bold]{res.result}[/] ({res.mode}, {res.status})")
         table = Table(show_header=False)
         table.add_column("metric")
         table.add_column("value")
         for k, v in res.metrics.items():
-            table.add_row(k, _fmt(v))
+            table.add_row(k, _fmt(v, k))
         self.con.print(table)
         if res.err_message:
-            self.con.print(f"note: {res.err_message}")
+            self.con.print(f"note: {safe(res.err_message)}")
 
     def do_compare(self, line: str) -> None:
         """compare: compare the whole golden/target pair and summarise the verdicts."""
@@ -251,7 +343,7 @@ class Shell(cmd.Cmd):
         self.con.print("  ".join(f"{k}: {v}" for k, v in counts.items()))
         first = c.first_fail()
         if first is not None:
-            self.con.print(f"first FAIL: #{first.index} {first.name}")
+            self.con.print(f"first FAIL: #{first.index} {safe(first.name)}")
 
     def do_fails(self, line: str) -> None:
         """fails [N]: the first N failing pairs in execution order (default 20)."""
@@ -263,7 +355,7 @@ class Shell(cmd.Cmd):
         for col in ("#", "name", "Cosine", "MaxAbsErr", "RelativeEuclideanDistance"):
             table.add_column(col, overflow="fold")
         for r in rows:
-            table.add_row(str(r.index), r.name, *(_fmt(r.metrics.get(k)) for k in ("Cosine", "MaxAbsErr", "RelativeEuclideanDistance")))
+            table.add_row(str(r.index), safe(r.name), *(_fmt(r.metrics.get(k), k) for k in ("Cosine", "MaxAbsErr", "RelativeEuclideanDistance")))
         self.con.print(table)
 
     def do_diag(self, line: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import OpdiffError
@@ -22,3 +24,48 @@ def claim_dir(path: Path, force: bool, *, noun: str = "output directory", hint: 
     if not force:
         raise error(f"{path}: {noun} exists and is not empty ({hint})")
     return True
+
+
+def check_writable(path: Path, error: type[OpdiffError] = OpdiffError) -> None:
+    """Prove that files can be created in directory `path` (a real probe: permission bits lie for root,
+    read-only mounts and full disks), before any long work starts."""
+    import os
+    import tempfile
+
+    try:
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".opdiff-probe-")
+    except OSError as exc:
+        raise error(f"{path}: output directory is not writable: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_replaceable(path: Path, error: type[OpdiffError] = OpdiffError) -> None:
+    """An output file opdiff may replace: absent, a regular file or a symlink (the link itself is replaced,
+    never what it points to); a directory or a special file at that name is the user's, not opdiff's."""
+    import stat
+
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        raise error(f"{path}: exists and is not a file opdiff wrote (a directory or special file); not replaced")
+
+
+def write_atomic(path: Path, write: Callable[[Path], object], error: type[OpdiffError] = OpdiffError) -> None:
+    """Write `path` through `write(tmp)` on a new temporary file in the same directory, then rename it
+    into place: readers never see half a file, and a symlink at `path` is replaced, not followed."""
+    import os
+    import tempfile
+
+    check_replaceable(path, error)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -6,6 +6,10 @@ from __future__ import annotations
 DIRECTIONS = ("forward", "backward", "update")  # update: the optimizer's step (capture with optimizer=)
 ROLES = ("input", "output", "parameter", "gradient")
 LEVELS = ("module", "api", "aten", "param", "graph")
+# Record.extra keys of graph-engine captures (docs/fusion.md): the graph value a record holds (equal in two
+# runs of one model: tensor name, "tensor|consumer" for a node input), and the original nodes a fused op replaces
+GRAPH_VALUE = "graph_value"
+PROVENANCE_KEY = "fused_from"
 
 # match kinds: how a pair was made
 MATCH_NAME = "name"  # same record name on both sides
@@ -25,4 +29,6 @@ STATUS_ERROR = "error"  # data unreadable (corrupt tensor): metrics N/A, reason 
 PASS, WARNING, FAIL, NA = "PASS", "WARNING", "FAIL", "N/A"
 
 # verdicts of a diagnosis
-VERDICTS = ("pass", "inputs-differ", "overflow", "fault", "drift")
+# inconclusive: nothing wrong among the pairs compared, but some could not be read, or one run has ops
+# the other lacks (not casts/copies/views): never a pass (docs/reliability.md)
+VERDICTS = ("pass", "inputs-differ", "overflow", "fault", "drift", "inconclusive")

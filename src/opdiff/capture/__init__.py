@@ -7,11 +7,13 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from .backend import CaptureBackend, LazyBackend
+from .onnxruntime.backend import BACKEND as ONNXRUNTIME
 
 # The first backend whose handles(model) is true captures it. Add a framework with one line here.
 BACKENDS: tuple[CaptureBackend, ...] = (
     LazyBackend("torch", "opdiff.capture.torch", ("torch",)),
     LazyBackend("tensorflow", "opdiff.capture.tensorflow", ("keras", "tensorflow", "tf_keras")),
+    ONNXRUNTIME,
 )
 
 

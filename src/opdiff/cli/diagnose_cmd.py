@@ -7,12 +7,15 @@ could be replayed, 1 when it could not, 2 on bad input.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
 from rich.console import Console
 
 from ..base.errors import OpdiffError
+from ..base.outdir import check_replaceable, check_writable, write_atomic
+from ..base.termsafe import safe, safe_deep
 from .common import open_dump
 
 LEVELS = ("module", "api", "aten")
@@ -22,10 +25,12 @@ def _out_file(path: str | None, force: bool) -> Path | None:
     if path is None:
         return None
     p = Path(path)
-    if p.exists() and not force:
+    if os.path.lexists(p) and not force:
         raise OpdiffError(f"{p}: exists (use --force to overwrite)")
-    if p.parent and not p.parent.exists():
+    if not p.parent.is_dir():
         raise OpdiffError(f"{p.parent}: no such directory")
+    check_replaceable(p)
+    check_writable(p.parent)
     return p
 
 
@@ -35,7 +40,8 @@ def _out_file(path: str | None, force: bool) -> Path | None:
 @click.option("--map", "map_file", type=click.Path(), help="Mapping file (as for compare): renames and fusions.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON (schema: docs/diagnose.md).")
 @click.option("-o", "--out", "out", type=click.Path(), help="Also write the diagnosis JSON to this file.")
-@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--force", is_flag=True, help="Overwrite --out and --html if they exist.")
+@click.option("--html", "html_file", type=click.Path(), help="Also write the visual HTML report to this file (docs/report.md).")
 @click.option("--level", type=click.Choice(LEVELS), default=None, help="Diagnose only the records of this capture level.")
 @click.option("--rank", type=int, default=None, help="Rank to diagnose (default: every rank).")
 @click.option("--step", type=int, default=None, help="Step to diagnose (default: every step, reporting the first that diverges).")
@@ -43,7 +49,8 @@ def _out_file(path: str | None, force: bool) -> Path | None:
               help="Confirm the culprit by replaying it on golden's inputs (needs tensor mode and torch).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel workers for the comparison.")
 @click.option("--allow-partial", is_flag=True, help="Diagnose an incomplete (cut-off) dump up to where it stops.")
-def diagnose_cmd(golden, target, map_file, as_json, out, force, level, rank, step, replay, workers, allow_partial):
+def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level, rank, step, replay, workers,
+                 allow_partial):
     """Name the op where TARGET first goes wrong against GOLDEN, and why.
 
     One verdict: pass, inputs-differ, overflow, fault (with the culprit op) or drift.
@@ -54,18 +61,29 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, level, rank, ste
     from ..match.mapping import load_mapping
 
     out_path = _out_file(out, force)
+    html_path = _out_file(html_file, force)
     mapping = load_mapping(map_file) if map_file else None
     g = open_dump(golden, rank, step, allow_partial, "diagnose")
     t = open_dump(target, rank, step, allow_partial, "diagnose")
-    d = diagnose(g, t, mapping=mapping, replay=replay, level=level, workers=workers, rank=rank, step=step)
+    cmp = None
+    if html_path is not None:  # the report shows every pair: keep the comparison diagnose makes
+        from ..compare import compare
+
+        cmp = compare(g, t, mapping=mapping, workers=workers)
+    d = diagnose(g, t, mapping=mapping, comparison=cmp, replay=replay, level=level, workers=workers, rank=rank, step=step)
     if out_path is not None:
-        write_json(d, out_path)
+        write_atomic(out_path, lambda tmp: write_json(d, tmp))
+    if html_path is not None:
+        from ..report import write_html
+
+        write_html(cmp, html_path, diagnosis=d, title=f"opdiff diagnose: {g.root.name} vs {t.root.name}")
     if as_json:
         click.echo(to_json_text(d))
     else:
-        render(d, Console(width=160), golden=str(g.root), target=str(t.root))
-        if out_path is not None:
-            click.echo(f"diagnosis written to {out_path}")
+        render(safe_deep(d), Console(width=160), golden=safe(g.root), target=safe(t.root))
+        for p in (out_path, html_path):
+            if p is not None:
+                click.echo(f"written: {safe(p)}")
     return d.exit_code
 
 
@@ -95,9 +113,9 @@ def replay_cmd(golden, target, op, golden_op, as_json, rank, step, allow_partial
         click.echo(json.dumps(res.to_json(), indent=2, default=str))
         return 0 if res.status == "ok" else 1
     c = Console(width=160)
-    c.print(f"[bold]replay[/] {res.node}  ({res.level} op {res.op or '?'} in {res.module or '<root>'})")
+    c.print(f"[bold]replay[/] {safe(res.node)}  ({safe(res.level)} op {safe(res.op or '?')} in {safe(res.module or '<root>')})")
     if res.status != "ok":
-        c.print(f"[yellow]could not replay:[/] {res.reason}")
+        c.print(f"[yellow]could not replay:[/] {safe(res.reason)}")
         return 1
     if res.input_dtypes:
         c.print("inputs: golden data cast to the target's dtypes " +

@@ -7,6 +7,7 @@ import sys
 import click
 
 from ..base.errors import OpdiffError
+from ..base.termsafe import plain
 from ..base.version import __version__
 
 
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(rv, int):
             sys.exit(rv)
     except OpdiffError as exc:
-        click.echo(f"opdiff: error: {exc}", err=True)
+        click.echo(f"opdiff: error: {plain(exc)}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:
         click.echo("opdiff: aborted", err=True)

@@ -117,13 +117,14 @@ def propagates(graph: Graph, noise: Noise, t: Tensor) -> bool:
 
     A difference nothing reads (an op's unused extra output, like a norm's saved mean) or that its
     readers wash out is no culprit. Without producer links (module-level dumps) readers are not
-    always known: there it is assumed to propagate.
+    always known, nor in a dump of op outputs only (no link at all, e.g. a TF golden as .npy files):
+    there it is assumed to propagate.
     """
     if graph.is_model_output(t):
         return True
     readers = graph.consumer_nodes(t)
     if not readers:  # the update's results are what the next step reads: they always matter
-        return graph.module_level or t.role == "parameter" or graph.direction == "update"
+        return graph.module_level or t.role == "parameter" or graph.direction == "update" or not graph.producer
     for node, via in readers:
         outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
         if not outs:

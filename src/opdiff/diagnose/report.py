@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from typing import Any
 
@@ -11,6 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..base import numfmt
+from ..base.jsonsafe import dumps
 from .verdict import Diagnosis
 
 STYLE = {"pass": "bold green", "drift": "bold yellow", "fault": "bold red", "overflow": "bold red",
@@ -18,22 +18,12 @@ STYLE = {"pass": "bold green", "drift": "bold yellow", "fault": "bold red", "ove
 
 
 def fmt(x: Any, digits: int = 4) -> str:
-    """Short rendering of a number for the tables."""
-    if x is None:
-        return "-"
-    if isinstance(x, bool):
-        return str(x)
-    if isinstance(x, (int, float)):
-        if isinstance(x, float) and not math.isfinite(x):
-            return str(x)
-        if abs(x) >= 1e300:
-            return "inf"
-        return f"{x:.{digits}g}"
-    return str(x)
+    """Short rendering of a number for the tables (the one formatter, base/numfmt.py)."""
+    return numfmt.num(x, digits)
 
 
 def _cos(x: Any) -> str:
-    return "-" if x is None else (f"{x:.9f}" if isinstance(x, float) else str(x))
+    return numfmt.cosine(x)
 
 
 def _short(name: str | None, node: str | None) -> str:
@@ -68,6 +58,7 @@ def render(d: Diagnosis, console: Console | None = None, *, golden: str = "", ta
                 f"{counts.get('unmatched_golden', 0)} golden-only, {counts.get('unmatched_target', 0)} target-only), "
                 f"levels {', '.join(counts.get('levels', []))}; noise floor {fmt(d.noise.get('floor_units'), 3)} units, "
                 f"target precision {d.noise.get('run_dtype')}[/]")
+        c.print(f"[dim]{numfmt.UNIT_NOTE}[/]")
     c.print(Text.assemble(("verdict: ", "bold"), (d.verdict.upper(), STYLE.get(d.verdict, "bold")), "  ", d.summary))
     cu = d.culprit
     if cu:
@@ -115,18 +106,8 @@ def render(d: Diagnosis, console: Console | None = None, *, golden: str = "", ta
 
 
 def to_json_text(d: Diagnosis) -> str:
-    """The diagnosis as JSON text (non-finite numbers become null: strict JSON)."""
-    return json.dumps(_clean(d.to_json()), indent=2, default=str)
-
-
-def _clean(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
+    """The diagnosis as JSON text (non-finite numbers become null: the one rule, base/jsonsafe.py)."""
+    return dumps(d.to_json(), indent=2)
 
 
 def write_json(d: Diagnosis, path: str | os.PathLike[str]) -> None:

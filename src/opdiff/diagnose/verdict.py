@@ -61,7 +61,7 @@ class Diagnosis:
 def _num(x: float | None) -> float | None:
     if x is None:
         return None
-    return x if math.isfinite(x) else (None if math.isnan(x) else (1e308 if x > 0 else -1e308))
+    return x  # non-finite values stay: the JSON writer applies the one rule (base/jsonsafe.py)
 
 
 def units(t: Tensor) -> float | None:

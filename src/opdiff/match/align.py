@@ -1,6 +1,10 @@
 """Pair the records of two dumps: mapping file, fusions, names, then sequence alignment.
 
 Order of the passes (each only sees records no earlier pass paired):
+0. graph values: records of graph-engine captures (ONNX Runtime) carry `extra["graph_value"]`, the
+   name of the value in the model's graph; equal values pair. A tensor the optimizer kept is a cut
+   point both runs share; one that exists on one side only (fused away, folded, made by a fusion)
+   is expected there and never counts as unmatched (docs/fusion.md),
 1. the mapping file's exact names (record or node names),
 2. fusions: one target op standing for several golden ops (mapping file, or the capture's
    `extra["fused_from"]` provenance): its outputs pair with the last golden op's outputs, its
@@ -21,12 +25,21 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from ..base.record import Record
-from ..base.vocab import MATCH_FUSION, MATCH_MAPPING, MATCH_NAME, MATCH_SEQUENCE, UNMATCHED
+from ..base.vocab import (
+    GRAPH_VALUE,
+    MATCH_FUSION,
+    MATCH_MAPPING,
+    MATCH_NAME,
+    MATCH_SEQUENCE,
+    PROVENANCE_KEY,
+    UNMATCHED,
+)
 from ..store import Dump
 from .lcs import lcs, longest_increasing
 from .mapping import Mapping
 
-PROVENANCE_KEY = "fused_from"  # Record.extra key a capture may set: the golden node names a fused op replaces
+ONLY_GOLDEN_GRAPH = "only in the golden graph: removed or rewritten by graph optimization"
+ONLY_TARGET_GRAPH = "only in the target graph: made by graph optimization"
 
 
 @dataclass
@@ -56,6 +69,7 @@ class _Aligner:
         self.g_name = {r.name: i for i, r in enumerate(golden)}
         self.g_node = _nodes(golden)
         self.t_node = _nodes(target)
+        self.keyed = False  # both sides are graph captures keyed by graph value
 
     def pair(self, gi: int, ti: int, kind: str, note: str = "") -> bool:
         if self.t_of_g[gi] >= 0 or self.g_of_t[ti] >= 0:
@@ -71,6 +85,20 @@ class _Aligner:
             gi = by_slot.get(_slot(self.T[ti]))
             if gi is not None:
                 self.pair(gi, ti, kind, note)
+
+    # 0. graph values
+    def graph_values(self) -> None:
+        g_key = {r.extra[GRAPH_VALUE]: i for i, r in enumerate(self.G) if GRAPH_VALUE in r.extra}
+        if not g_key or not any(GRAPH_VALUE in r.extra for r in self.T):
+            return
+        self.keyed = True
+        for ti, r in enumerate(self.T):
+            gi = g_key.get(r.extra.get(GRAPH_VALUE))
+            if gi is not None:
+                self.pair(gi, ti, MATCH_NAME)
+
+    def _graph_only(self, r: Record) -> bool:
+        return self.keyed and GRAPH_VALUE in r.extra
 
     # 1. exact names from the mapping file
     def mapped_names(self) -> None:
@@ -97,13 +125,22 @@ class _Aligner:
             note = f"fusion: {node} stands for {', '.join(present)}"
             for ti in t_pos:
                 r = self.T[ti]
+                if self.g_of_t[ti] >= 0:  # a cut point paired by its graph value: keep the group for the report
+                    self.group.setdefault(ti, [self.G[i] for i in group_pos])
+                    self.note.setdefault(ti, note)
+                    continue
                 cands = last if r.role == "output" else first if r.role == "input" else group_pos
-                gi = self._fusion_partner(r, cands)
+                gi = self._same_value(r, group_pos) if self._graph_only(r) else self._fusion_partner(r, cands)
                 if gi is not None and self.pair(gi, ti, MATCH_FUSION, note):
                     self.group[ti] = [self.G[i] for i in group_pos]
             for gi in group_pos:
                 if self.t_of_g[gi] < 0:
                     self.fused_away[gi] = node
+
+    def _same_value(self, r: Record, cands: list[int]) -> int | None:
+        """A free golden record of the group holding the very tensor `r` holds (graph captures)."""
+        return next((i for i in cands if self.t_of_g[i] < 0 and self.G[i].role == r.role
+                     and self.G[i].extra.get("tensor") == r.extra.get("tensor")), None)
 
     def _fusion_partner(self, r: Record, cands: list[int]) -> int | None:
         free = [i for i in cands if self.t_of_g[i] < 0]
@@ -135,8 +172,9 @@ class _Aligner:
         anchors_g = [gi for gi, ti in enumerate(self.t_of_g) if ti >= 0]
         keep = longest_increasing([self.t_of_g[gi] for gi in anchors_g])
         anchors = [(anchors_g[k], self.t_of_g[anchors_g[k]]) for k in keep]
-        free_g = [i for i in range(len(self.G)) if self.t_of_g[i] < 0 and i not in self.fused_away]
-        free_t = [i for i in range(len(self.T)) if self.g_of_t[i] < 0]
+        free_g = [i for i in range(len(self.G))
+                  if self.t_of_g[i] < 0 and i not in self.fused_away and not self._graph_only(self.G[i])]
+        free_t = [i for i in range(len(self.T)) if self.g_of_t[i] < 0 and not self._graph_only(self.T[i])]
         if not free_g or not free_t:
             return
         t_module = [self.map.rename(r.module) if self.map and self.map.renames else r.module for r in self.T]
@@ -172,7 +210,10 @@ class _Aligner:
         for ti, r in enumerate(self.T):
             gi = self.g_of_t[ti]
             g = self.G[gi] if gi >= 0 else None
-            rows.append((ti, 0, 0, Pair(g, r, self.kind[ti], self.group.get(ti, []), self.note.get(ti, ""))))
+            kind, note = self.kind[ti], self.note.get(ti, "")
+            if g is None and self._graph_only(r):
+                kind, note = MATCH_FUSION, ONLY_TARGET_GRAPH
+            rows.append((ti, 0, 0, Pair(g, r, kind, self.group.get(ti, []), note)))
         last_t = -1
         for gi, r in enumerate(self.G):
             ti = self.t_of_g[gi]
@@ -181,6 +222,8 @@ class _Aligner:
                 continue
             if gi in self.fused_away:
                 p = Pair(r, None, MATCH_FUSION, note=f"fused away: inside target op {self.fused_away[gi]}")
+            elif self._graph_only(r):
+                p = Pair(r, None, MATCH_FUSION, note=ONLY_GOLDEN_GRAPH)
             else:
                 p = Pair(r, None, UNMATCHED)
             rows.append((last_t, 1, gi, p))
@@ -206,6 +249,7 @@ def _nodes(records: list[Record]) -> dict[str, list[int]]:
 def align_records(golden: list[Record], target: list[Record], mapping: Mapping | None = None) -> list[Pair]:
     """align() on two record lists in execution order (for callers without a Dump)."""
     a = _Aligner(golden, target, mapping)
+    a.graph_values()
     if mapping is not None:
         a.mapped_names()
     a.fusions()

@@ -5,16 +5,9 @@ from __future__ import annotations
 import csv
 import os
 
+from ..base.jsonsafe import csv_cell
 from ..compare.run import Comparison
 from .table import columns, row
-
-
-def _cell(v) -> str:
-    if isinstance(v, bool):
-        return "True" if v else "False"
-    if isinstance(v, float):
-        return repr(v)  # shortest round-trip text: nan, inf, 1e-07
-    return str(v)
 
 
 def write_csv(cmp: Comparison, path: str | os.PathLike) -> None:
@@ -25,4 +18,4 @@ def write_csv(cmp: Comparison, path: str | os.PathLike) -> None:
         w.writerow(cols)
         for r in cmp.results:
             values = row(r, cols)
-            w.writerow([_cell(values[c]) for c in cols])
+            w.writerow([csv_cell(values[c]) for c in cols])

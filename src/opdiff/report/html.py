@@ -1,89 +1,73 @@
-"""HTML report: one self-contained page (no external assets) with the verdict counts, the diagnosis
-when given, and the comparison table coloured by result, with a filter box and sortable columns."""
+"""HTML report: one self-contained page (nothing fetched at view time) with the verdict and the
+diagnosis on top, the error-along-execution chart, the module tree, a filterable table of every
+pair and a details panel with sampled values (docs/report.md).
+
+plotly.js is inlined from the installed `plotly` package (the `report` extra); without it the
+page still has the diagnosis, tree, table and details, and says how to get the charts.
+"""
 
 from __future__ import annotations
 
 import html
-import json
-import math
 import os
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from ..compare.run import Comparison
-from .table import columns, row
-
-_CSS = """
-body{font:13px system-ui,sans-serif;margin:1.2em;color:#222}
-h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.1em;margin:1em 0 .3em}
-.counts span{display:inline-block;margin-right:1em;padding:.2em .6em;border-radius:4px}
-.PASS{background:#d8f0d8}.WARNING{background:#fff2c4}.FAIL{background:#f8d0d0}.NA{background:#eee}
-table{border-collapse:collapse;font-size:12px}th,td{border:1px solid #ccc;padding:2px 5px;white-space:nowrap}
-th{position:sticky;top:0;background:#f4f4f4;cursor:pointer}td.num{text-align:right;font-family:monospace}
-.diag{border:1px solid #bbb;border-radius:6px;padding:.6em 1em;background:#fafafa;max-width:70em}
-.diag pre{white-space:pre-wrap;margin:.3em 0}#filter{margin:.5em 0;width:30em;padding:3px}
-"""
-
-_JS = """
-const f=document.getElementById('filter');
-f.addEventListener('input',()=>{const q=f.value.toLowerCase();
- for(const tr of document.querySelectorAll('#pairs tbody tr')){tr.style.display=tr.textContent.toLowerCase().includes(q)?'':'none';}});
-document.querySelectorAll('#pairs th').forEach((th,i)=>th.addEventListener('click',()=>{
- const tb=document.querySelector('#pairs tbody');const rows=[...tb.rows];const asc=th.dataset.asc!=='1';th.dataset.asc=asc?'1':'0';
- rows.sort((a,b)=>{const x=a.cells[i].dataset.v??a.cells[i].textContent,y=b.cells[i].dataset.v??b.cells[i].textContent;
-  const nx=parseFloat(x),ny=parseFloat(y);const c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:x.localeCompare(y);return asc?c:-c;});
- rows.forEach(r=>tb.appendChild(r));}));
-"""
+from . import html_data
 
 
-def _cell(v: Any) -> str:
-    if isinstance(v, bool):
-        return f"<td>{v}</td>"
-    if isinstance(v, (int, float)):
-        text = repr(v) if isinstance(v, int) or not math.isfinite(v) else f"{v:.6g}"
-        return f'<td class="num" data-v="{html.escape(repr(v))}">{text}</td>'
-    return f"<td>{html.escape(str(v))}</td>"
+def plotly_js() -> str | None:
+    """plotly.min.js of the installed plotly package, or None when plotly is not installed."""
+    try:
+        import plotly
+    except ImportError:
+        return None
+    path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
-def _diagnosis_html(diagnosis: Any) -> str:
-    """The diagnosis block: verdict, culprit, advice (from the diagnosis' JSON form)."""
-    from ..diagnose.report import to_json_text
-
-    d = json.loads(to_json_text(diagnosis))
-    parts = [f"<h2>Diagnosis: {html.escape(str(d.get('verdict', '')).upper())}</h2>", '<div class="diag">']
-    culprit = d.get("culprit")
-    if culprit:
-        parts.append(f"<p><b>Culprit:</b> {html.escape(str(culprit.get('module') or '(root)'))} "
-                     f"({html.escape(str(culprit.get('op')))}) — {html.escape(str(culprit.get('reason', '')))}</p>")
-    for key in ("summary", "advice"):
-        if d.get(key):
-            text = d[key] if isinstance(d[key], str) else "\n".join(map(str, d[key]))
-            parts.append(f"<p><b>{key.capitalize()}:</b></p><pre>{html.escape(text)}</pre>")
-    parts.append("</div>")
-    return "\n".join(parts)
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath("assets", name).read_text(encoding="utf-8")
 
 
-def write_html(cmp: Comparison, path: str | os.PathLike, diagnosis: Any = None, title: str = "opdiff report") -> None:
-    """Write the comparison (and optionally its diagnosis) as one HTML page."""
-    cols = columns(cmp.results)
-    counts = cmp.counts()
-    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-           f"<style>{_CSS}</style></head><body>",
-           f"<h1>{html.escape(title)}</h1>",
-           f"<p>golden <code>{html.escape(str(cmp.golden.root))}</code> vs target "
-           f"<code>{html.escape(str(cmp.target.root))}</code> — mode {html.escape(str(cmp.mode))}</p>",
-           '<div class="counts">' + "".join(
-               f'<span class="{k.replace("/", "")}">{html.escape(k)}: {v}</span>' for k, v in counts.items()) + "</div>"]
-    first = cmp.first_fail()
-    if first is not None:
-        out.append(f"<p><b>First FAIL</b> in execution order: #{first.index} <code>{html.escape(first.name)}</code></p>")
-    if diagnosis is not None:
-        out.append(_diagnosis_html(diagnosis))
-    out.append("<h2>Pairs</h2><input id='filter' placeholder='filter rows (name, op, module, result...)'>")
-    out.append("<table id='pairs'><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr></thead><tbody>")
-    for r in cmp.results:
-        values = row(r, cols)
-        cls = r.result.replace("/", "")
-        out.append(f'<tr class="{cls}">' + "".join(_cell(values[c]) for c in cols) + "</tr>")
-    out.append(f"</tbody></table><script>{_JS}</script></body></html>")
+_BODY = """<header><h1 id="title"></h1><div id="sub" class="muted"></div><div id="counts" style="margin-top:.4em"></div></header>
+<main>
+<section class="card" id="diag"><p class="muted">Loading the report ...</p></section>
+<section class="card"><div class="filters"><b>Error along execution</b>
+<select id="f-metric"><option value="eu">error in rounding units (u)</option><option value="omc">1 − cosine</option></select>
+<span class="muted">u = the rounding unit of the pair's lower precision; click a point to open its pair</span></div>
+<div id="chart"></div></section>
+<div class="row">
+<section class="card" id="treebox"><b>Model</b> <span class="muted">(worst error and verdict per module; click to filter)</span><div id="tree"></div></section>
+<section class="card" id="tablebox"><div class="filters"><select id="f-res"></select><select id="f-op"></select>
+<input id="f-module" placeholder="module (prefix)"><input id="f-name" placeholder="name (text or regex)"><span id="shown" class="muted"></span></div>
+<div id="tbl"><div class="hdr" id="thead"></div><div id="tbody" style="position:relative"></div></div></section>
+<section class="card" id="details"><p class="muted">Select a pair in the chart, the tree or the table.</p></section>
+</div></main>"""
+
+
+def render(doc: dict[str, Any], plotly: str | None) -> str:
+    """The page's text for the document `doc` (html_data.build)."""
+    # inside <script>, "</" would end the element early; plotly.min.js has none of "</script"
+    js = (plotly or "").replace("</script", "<\\/script")
+    return "".join([
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{html.escape(doc.get('title', 'opdiff report'))}</title>",
+        f"<style>{_asset('report.css')}</style>",
+        f"<script>{js}</script>" if plotly else "",
+        "</head><body>", _BODY,
+        f"<script type='application/octet-stream' id='opdiff-data'>{html_data.encode(doc)}</script>",
+        f"<script>{_asset('report.js')}</script></body></html>",
+    ])
+
+
+def write_html(cmp: Comparison, path: str | os.PathLike, diagnosis: Any = None, title: str = "opdiff report",
+               samples: bool = True) -> None:
+    """Write the comparison (and its diagnosis, if given) as one self-contained HTML page."""
+    doc = html_data.build(cmp, diagnosis, title=title, samples=samples)
+    text = render(doc, plotly_js())
     with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(out))
+        f.write(text)

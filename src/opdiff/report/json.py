@@ -1,15 +1,16 @@
 """JSON report for CI and other tools: schema "opdiff-compare", version SCHEMA_VERSION (docs/compare.md).
 
-Non-finite numbers are written as the strings "NaN", "Infinity", "-Infinity" (plain JSON has none).
+Non-finite numbers follow opdiff's one rule (base/jsonsafe.py): `null`, and for metrics a sibling
+"metrics_nonfinite" {name: "nan"|"inf"|"-inf"} where any metric is non-finite.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from typing import Any
 
+from ..base.jsonsafe import split_nonfinite
 from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.version import __version__
@@ -18,14 +19,8 @@ from ..store import Dump
 from .table import ACCURACY_REACHED
 
 SCHEMA = "opdiff-compare"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: non-finite metrics are null + metrics_nonfinite (1: strings "NaN", "Infinity")
 _META_KEYS = ("framework", "framework_version", "device", "default_dtype", "level", "mode", "created", "host")
-
-
-def _num(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
-    return v
 
 
 def _record(r: Record | None) -> dict[str, Any] | None:
@@ -42,6 +37,7 @@ def _dump(d: Dump) -> dict[str, Any]:
 
 def pair_json(r: PairResult) -> dict[str, Any]:
     """One pair of the "pairs" array."""
+    metrics, nonfinite = split_nonfinite(r.metrics)
     return {
         "index": r.index,
         "golden": _record(r.golden),
@@ -53,7 +49,8 @@ def pair_json(r: PairResult) -> dict[str, Any]:
         "accuracy_reached": ACCURACY_REACHED.get(r.result, "") or None,
         "bitwise_equal": r.bitwise_equal,
         "precision": r.precision or None,
-        "metrics": {k: _num(v) for k, v in r.metrics.items()},
+        "metrics": metrics,
+        **({"metrics_nonfinite": nonfinite} if nonfinite else {}),
         "err_message": r.err_message,
         "note": r.note,
         "golden_group": [g.name for g in r.golden_group],

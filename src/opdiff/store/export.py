@@ -7,9 +7,12 @@ that is already open (the TensorFlow op-level capture uses it).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from ..base.record import Record
 from .source import Dump
@@ -31,11 +34,12 @@ def copy_records(dump: Dump, writer: DumpWriter, *, mode: str = "tensor", rank: 
     for rec in dump.records:
         if keep is not None and not keep(rec):
             continue
-        out = Record(**{**rec.__dict__, "index": 0, "data": None})
+        out = dataclasses.replace(rec, index=0, data=None)  # Record has slots: no __dict__
         if mode == "stats":
             out.hash = None
         first = written.get(rec.src) if rec.src else None
-        if first is not None and first.stats == rec.stats and first.hash == rec.hash:
+        if (first is not None and rec.src and first.stats == rec.stats and first.hash == rec.hash
+                and (mode != "tensor" or _same_bytes(dump, dump[rec.src], rec))):
             writer.add(out, None, same_data_as=first if mode == "tensor" else None)
         else:
             if rec.src and first is None:
@@ -44,6 +48,18 @@ def copy_records(dump: Dump, writer: DumpWriter, *, mode: str = "tensor", rank: 
             writer.add(out, dump.tensor(rec, copy=True) if has else None)
         written[rec.name] = out
     return len(written)
+
+
+def _same_bytes(dump: Dump, a: Record, b: Record) -> bool:
+    """Whether two records hold byte-identical data. A foreign reader's `src` link can be a guess (msprobe's
+    is by statistics, which a transposed copy shares), so the data is checked before it is shared."""
+    if a.hash is not None and a.hash == b.hash:
+        return True
+    if a.data is None or b.data is None:
+        return a.data is None and b.data is None
+    x, y = dump.tensor(a), dump.tensor(b)
+    return x.dtype == y.dtype and x.size == y.size and bool(
+        np.array_equal(np.ascontiguousarray(x).reshape(-1).view(np.uint8), np.ascontiguousarray(y).reshape(-1).view(np.uint8)))
 
 
 def write_as_opdiff(dump: Dump, out: str | os.PathLike[str], *, force: bool = False,

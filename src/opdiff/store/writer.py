@@ -155,6 +155,7 @@ class DumpWriter:
         self._thread.start()
         self.records_written = 0
         self.bytes_written = 0
+        self.on_flush: Callable[[int, int], None] | None = None  # callback(records, bytes): capture progress
 
     # -- writer thread -------------------------------------------------------------------
     def _work(self) -> None:
@@ -234,6 +235,8 @@ class DumpWriter:
         if self._batch and self._part is not None:
             self._submit(self._part.flush, self._batch)
             self._batch, self._batch_bytes = [], 0
+            if self.on_flush is not None:
+                self.on_flush(self.records_written, self.bytes_written)
 
     def wait(self) -> None:
         """Block until everything queued is on disk."""

@@ -17,6 +17,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ def dump(args: argparse.Namespace, rank: int | None = None) -> None:
 
     torch.manual_seed(0)
     model, inputs = build_model(args.dtype, args.fault_layer, seed=args.seed + (rank or 0),
-                                width=args.width, layers=args.layers, seq=args.seq)
+                                width=args.width, layers=args.layers, seq=args.seq, batch=args.batch, heads=args.heads)
     debugger = PrecisionDebugger(config_path=str(args.config))
     for _ in range(args.steps):
         debugger.start(model)
@@ -121,6 +122,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=WIDTH)
     p.add_argument("--layers", type=int, default=LAYERS)
     p.add_argument("--seq", type=int, default=SEQ)
+    p.add_argument("--batch", type=int, default=BATCH)
+    p.add_argument("--heads", type=int, default=HEADS)
     return p
 
 
@@ -149,13 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     import multiprocessing
 
     import msprobe.pytorch  # noqa: F401  imported once here, before the forks
-    import transformers  # noqa: F401
+    import transformers.loss.loss_utils  # noqa: F401  (transformers loads these lazily: ~4 s in every fork otherwise)
+    from transformers import GPT2Config, GPT2LMHeadModel  # noqa: F401
 
     ctx = multiprocessing.get_context("fork")
     for job in json.loads(Path(argv[1]).read_text()):
+        t0 = time.perf_counter()
         proc = ctx.Process(target=run_job, args=(job,))
         proc.start()
         proc.join()
+        print(f"msprobe_dumps: {time.perf_counter() - t0:.1f} s {' '.join(job)}", file=sys.stderr)
         if proc.exitcode:
             print(f"msprobe_dumps: job {job} failed (exit {proc.exitcode})", file=sys.stderr)
             return 1

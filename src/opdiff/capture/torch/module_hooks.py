@@ -46,6 +46,8 @@ def install(s: CaptureSession) -> list:
     """Hook every module of the model; returns the handles to remove."""
     handles = []
     for path, m in s.model.named_modules():
+        if not s.hooks_module(path):
+            continue
         op = type(m).__name__
         is_root = m is s.model
         handles.append(m.register_forward_pre_hook(partial(_pre, s, path, op, is_root), with_kwargs=True))

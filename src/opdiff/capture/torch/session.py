@@ -13,6 +13,7 @@ import torch
 from ...base.errors import OpdiffError
 from ...store.names import node_name
 from ...store.writer import DumpWriter
+from ..progress import CaptureProgress
 from . import collectives, module_hooks, optim, ranks
 from .api_mode import ApiMode
 from .aten_mode import AtenMode
@@ -94,6 +95,10 @@ class CaptureSession:
         self._restore_collectives: Callable[[], None] | None = None
 
     # -- options ------------------------------------------------------------------------------
+    def hooks_module(self, path: str) -> bool:
+        """Whether module `path` gets capture hooks (all here; compiled.py leaves compiled regions' insides alone)."""
+        return True
+
     def wanted(self, module: str, op: str) -> bool:
         """include/exclude regexes, searched in the module path and in the op name."""
         key = (module, op)
@@ -133,6 +138,8 @@ class CaptureSession:
             raise OpdiffError("opdiff.capture: a capture session can be entered only once")
         self._staging = ranks.staging_path(self.path, self.rank, self.world_size)
         self.writer = DumpWriter(self._staging, self.meta(), overwrite=self.overwrite)
+        self.progress = CaptureProgress(self.path)
+        self.writer.on_flush = self.progress.tick
         self.recorder = Recorder(self.writer, self.mode, self.rank)
         self._entered = True
         try:
@@ -160,6 +167,7 @@ class CaptureSession:
             if exc_type is None:
                 self.writer.close(complete=True)
                 ranks.merge(self.path, self._staging, self.rank)
+                self.progress.summary(self.writer.records_written, self.writer.bytes_written, True)
             else:
                 try:
                     self.writer.close(complete=False)
@@ -261,15 +269,24 @@ def capture(model: torch.nn.Module, path: str | os.PathLike, *, level: str = "mo
             backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
             exclude: str | None = None, overwrite: bool = False, rank: int | None = None,
             source: bool = False, optimizer: torch.optim.Optimizer | None = None,
-            when: Callable[[int], bool] | None = None) -> CaptureSession:
+            when: Callable[[int], bool] | None = None, compile: str | Iterable[str] | None = None,
+            compile_options: dict[str, Any] | None = None) -> CaptureSession:
     """Capture `model`'s calls into a dump at `path`; use as ``with capture(model, path) as cap: ...``.
 
     level: "module" (every nn.Module call), "api" (torch API calls), "aten" (aten ops, incl. backward);
     mode: "tensor" (data + statistics + hash), "stats" (statistics), "hash" (statistics + hash).
     optimizer: also record its step (parameters before/after, gradients, state) as direction "update";
     when: a callable step -> bool that selects steps at run time (with `steps`, both must agree).
+    compile: submodule paths (or "children") to run compiled by Inductor with config `compile_options`,
+    observed at their boundaries (compiled.py, docs/fusion.md).
     See docs/capture.md for every option.
     """
+    if compile is not None:
+        from .compiled import capture as capture_compiled
+
+        return capture_compiled(model, path, compile=compile, options=compile_options, level=level, mode=mode,
+                                backward=backward, steps=steps, include=include, exclude=exclude, overwrite=overwrite,
+                                rank=rank, source=source)
     return CaptureSession(model, path, level=level, mode=mode, backward=backward, steps=steps, include=include,
                           exclude=exclude, overwrite=overwrite, rank=rank, source=source, optimizer=optimizer,
                           when=when)

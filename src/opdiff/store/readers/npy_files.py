@@ -1,8 +1,9 @@
 """The .npy files of a NumPy-directory dump: names parsed, headers read, records built (numpy only).
 
-Two naming schemes: msaccucmp / precision_tool's `{OpType}.{op_name}.{task_id}.{timestamp}.{input|output}.{index}.npy`
-(ordered by timestamp, then task id) and anything else, `{name}.npy` (ordered by path). No file is
-unpickled: object arrays are refused with a line naming the file.
+Three naming schemes: msaccucmp / precision_tool's NPU files `{OpType}.{op_name}.{task_id}.{timestamp}.{input|output}.{index}.npy`
+(ordered by timestamp, then task id), precision_tool's TensorFlow files `{op_name}.{slot}.{timestamp}.npy`
+(`precision_data/tf/dump`, written by tfdbg's `pt -w`; ordered by timestamp) and anything else,
+`{name}.npy` (ordered by path). No file is unpickled: object arrays are refused with a line naming the file.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from ...errors import DumpError
-from ..format import NUMPY_TO_NAME, Record, node_name, record_name
+from ..format import NUMPY_TO_NAME, Record, node_name, numpy_dtype, record_name
 
 _MSACCUCMP_RE = re.compile(r"^(?P<type>[^.]+)\.(?P<op>.+)\.(?P<task>\d+)\.(?P<ts>\d+)\.(?P<io>input|output)\.(?P<idx>\d+)\.npy$")
+# precision_tool's TF golden: tensor "dense/MatMul:0" -> "dense_MatMul.0.{time in µs}.npy"
+_TF_DUMP_RE = re.compile(r"^(?P<op>.+)\.(?P<slot>\d+)\.(?P<ts>\d{10,})\.npy$")
 
 
 @dataclass(frozen=True)
@@ -70,13 +73,54 @@ class NpyName:
 
 
 def parse_name(rel: Path) -> NpyName:
-    """msaccucmp name -> (op_name as module, OpType as op, role, index); other names -> (dir, stem, output, "0")."""
+    """msaccucmp name -> (op_name as module, OpType as op, role, index); precision_tool TF name -> ("", op_name,
+    output, slot); other names -> (dir, stem, output, "0")."""
     m = _MSACCUCMP_RE.match(rel.name)
     if m:
         return NpyName(m["op"], m["type"], m["io"], m["idx"],
                        (0, int(m["ts"]), int(m["task"]), m["io"] != "input", int(m["idx"])))
+    m = _TF_DUMP_RE.match(rel.name)
+    if m:
+        return NpyName("", m["op"], "output", m["slot"], (0, int(m["ts"]), 0, True, int(m["slot"])))
     module = rel.parent.as_posix() if rel.parent != Path(".") else ""
     return NpyName(module, rel.name[: -len(".npy")], "output", "0", (1, rel.as_posix()))
+
+
+SAMPLE_BYTES = 1 << 16  # bytes compared at each of 4 places when linking a large input to its producer
+
+
+def _same_bytes(a: NpyHeader, b: NpyHeader) -> bool:
+    """Whether two readable .npy files of one dtype and shape hold the same data: all of it up to 256 KiB,
+    else four 64 KiB samples (start, thirds, end): enough to tell a tensor passed on from another."""
+    n = math.prod(a.shape) * np.dtype(numpy_dtype(a.dtype or "uint8")).itemsize
+    starts = [0] if n <= 4 * SAMPLE_BYTES else [0, n // 3, 2 * n // 3, n - SAMPLE_BYTES]
+    size = n if n <= 4 * SAMPLE_BYTES else SAMPLE_BYTES
+    try:
+        with open(a.path, "rb") as fa, open(b.path, "rb") as fb:
+            for s in starts:
+                fa.seek(a.offset + s)
+                fb.seek(b.offset + s)
+                if fa.read(size) != fb.read(size):
+                    return False
+    except OSError:
+        return False
+    return True
+
+
+def link_sources(records: list[Record], headers: list[NpyHeader]) -> None:
+    """Set `src` of each input to the latest earlier output with the same dtype, shape and bytes: .npy
+    dumps keep no dataflow, and diagnose needs it to tell where a difference entered."""
+    last: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    for i, (r, h) in enumerate(zip(records, headers)):
+        if h.problem or h.fortran:
+            continue
+        key = (r.dtype, r.shape)
+        if r.role == "input":
+            j = next((j for j in reversed(last.get(key, [])) if _same_bytes(headers[j], h)), None)
+            if j is not None:
+                r.src = records[j].name
+        else:
+            last.setdefault(key, []).append(i)
 
 
 def build_records(root: Path, files: list[Path]) -> tuple[list[Record], list[str]]:
@@ -84,12 +128,14 @@ def build_records(root: Path, files: list[Path]) -> tuple[list[Record], list[str
     named = sorted(((parse_name(p.relative_to(root)), p) for p in files), key=lambda x: x[0].order)
     counters: dict[tuple[str, str, str, str], int] = {}
     records: list[Record] = []
+    headers: list[NpyHeader] = []
     problems: list[str] = []
     for nm, path in named:
         key = (nm.module, nm.op, nm.role, nm.pos)
         call = counters.get(key, 0)  # the same op again (another iteration) is its next call
         counters[key] = call + 1
         h = read_header(path)
+        headers.append(h)
         if h.problem and h.dtype is None:
             problems.append(h.problem)
         node = node_name(nm.module, nm.op, call)
@@ -100,4 +146,5 @@ def build_records(root: Path, files: list[Path]) -> tuple[list[Record], list[str
                               module=nm.module, op=nm.op, level="graph", call=call, direction="forward", role=nm.role,
                               pos=nm.pos, dtype=h.dtype or "uint8", shape=h.shape,
                               data={"file": extra["file"], "key": ""}, extra=extra))
+    link_sources(records, headers)
     return records, problems

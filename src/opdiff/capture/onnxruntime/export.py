@@ -1,0 +1,117 @@
+"""Export a PyTorch model to ONNX so that its ORT run compares with a PyTorch golden capture.
+
+The TorchScript exporter names every node "/<module path with / for .>/<Op>", which capture reads
+back as the node's module (graph.scope_of); inputs are named after the keyword arguments. The model
+is called through a wrapper holding it as `WRAPPED`, a prefix the exported node names lose again.
+Before exporting, one eager run with forward hooks notes each module's class and the positions,
+shapes and dtypes of its inputs and outputs (as opdiff's torch capture names them); they go into the
+model's metadata (`MODULES_KEY`), from which `capture_onnx(..., level="module")` writes module
+records named like the torch capture's (modules.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+WRAPPED = "wrapped_model"
+MODULES_KEY = "opdiff.modules"  # model metadata: {path: {"op", "calls", "inputs", "outputs"}} (docs/fusion.md)
+
+
+def _specs(flat: list) -> list[list]:
+    """[[pos, shape, dtype], ...] of (pos, tensor) pairs."""
+    return [[pos, [int(s) for s in t.shape], str(t.dtype).removeprefix("torch.")] for pos, t in flat]
+
+
+def module_signatures(model: Any, inputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """One eager run with forward hooks: per module path its class, call count, input and output specs."""
+    import torch
+
+    from ..torch.naming import flatten, flatten_call
+
+    found: dict[str, dict[str, Any]] = {}
+
+    def hook(path: str, module, args, kwargs, output) -> None:
+        entry = found.setdefault(path, {"op": type(module).__name__, "calls": 0})
+        entry["calls"] += 1
+        if entry["calls"] == 1:
+            entry["inputs"] = _specs(flatten_call(args, kwargs))
+            entry["outputs"] = _specs(flatten(output))
+
+    handles = [m.register_forward_hook(lambda mod, a, k, o, p=path: hook(p, mod, a, k, o), with_kwargs=True)
+               for path, m in model.named_modules()]
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return found
+
+
+def export_onnx(model: Any, inputs: dict[str, Any], path: str | os.PathLike, *, opset: int = 17) -> dict[str, np.ndarray]:
+    """Write `model` called with keyword `inputs` as ONNX at `path`; returns the inputs as numpy (for .npz)."""
+    import onnx
+    import torch
+
+    names = list(inputs)
+    signatures = module_signatures(model, inputs)
+
+    class KeywordCall(torch.nn.Module):
+        """Calls the model with keyword arguments from positional ones; returns a flat tuple."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            setattr(self, WRAPPED, model)
+
+        def forward(self, *args):
+            out = getattr(self, WRAPPED)(**dict(zip(names, args)))
+            return tuple(out.values()) if isinstance(out, dict) else out
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(KeywordCall(), tuple(inputs[n] for n in names), str(Path(path)), input_names=names,
+                          opset_version=opset, dynamo=False, do_constant_folding=False)
+    proto = onnx.load(str(Path(path)))
+    prefix = f"/{WRAPPED}/"
+    for node in proto.graph.node:
+        if node.name.startswith(prefix):
+            node.name = "/" + node.name[len(prefix):]
+    proto.metadata_props.add(key=MODULES_KEY, value=json.dumps(signatures))
+    onnx.save(proto, str(Path(path)))
+    return {k: v.detach().cpu().numpy() for k, v in inputs.items()}
+
+
+MODEL_FILE, INPUTS_FILE, GOLDEN_DIR = "model.onnx", "inputs.npz", "golden"
+
+
+def export_pair(model: Any, inputs: dict[str, Any], out: str | os.PathLike, *, opset: int = 17,
+                golden: bool = True, force: bool = False) -> dict[str, Path]:
+    """Export `model` into `out`: model.onnx, inputs.npz and (with `golden`) its PyTorch module-level
+    capture golden/, ready for `capture_onnx(out/model.onnx, out/inputs.npz, ..., level="module")`."""
+    from ...base.errors import OpdiffError
+    from ...base.outdir import claim_dir
+
+    if not isinstance(inputs, dict):
+        raise OpdiffError(f"export-onnx: inputs must be a dict of keyword arguments, not {type(inputs).__name__}")
+    root = Path(out)
+    claim_dir(root, force)
+    root.mkdir(parents=True, exist_ok=True)
+    paths = {"model": root / MODEL_FILE, "inputs": root / INPUTS_FILE}
+    arrays = export_onnx(model, inputs, paths["model"], opset=opset)
+    np.savez(paths["inputs"], **arrays)
+    if golden:
+        from ..torch import capture
+
+        paths["golden"] = root / GOLDEN_DIR
+        with capture(model, paths["golden"], level="module", overwrite=force):
+            import torch
+
+            with torch.no_grad():
+                model(**inputs)
+    return paths

@@ -1,0 +1,131 @@
+"""Module boundaries of an exported graph: the tensors a PyTorch golden capture records per module.
+
+A module's outputs are the tensors its nodes (its scope and the scopes below it) make that a node
+outside uses, or that the graph returns; its inputs are the non-constant tensors its nodes use and
+do not make. They are given the positions opdiff's torch capture gives them by the export's
+signatures (export.MODULES_KEY: position, shape, dtype per input/output), matched on shape and dtype.
+Without signatures (a model exported by other tools) the op is `Module` and outputs are numbered
+in order: pair such records with a mapping file (docs/fusion.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .graph import GNode
+
+UNKNOWN_OP = "Module"
+Spec = tuple[tuple[int, ...], str]  # (shape, dtype name)
+
+
+@dataclass
+class Boundary:
+    """One module call seen in the graph: its (pos, tensor name) inputs and outputs and where it runs."""
+
+    path: str
+    op: str
+    inputs: list[tuple[str, str]] = field(default_factory=list)
+    outputs: list[tuple[str, str]] = field(default_factory=list)
+    first: float = 0.0
+    last: float = 0.0
+
+
+def read_signatures(proto: Any, key: str) -> dict[str, dict[str, Any]] | None:
+    """The export's module signatures from the model metadata, or None."""
+    for p in proto.metadata_props:
+        if p.key == key:
+            try:
+                doc = json.loads(p.value)
+            except ValueError:
+                return None
+            return doc if isinstance(doc, dict) else None
+    return None
+
+
+def _assign(specs: list[list], tensors: list[str], spec_of: Callable[[str], Spec | None]) -> tuple[list, list[str]]:
+    """Pair torch positions with graph tensors: in order when all agree, else by a unique (shape, dtype)."""
+    seen = [spec_of(t) for t in tensors]
+    want = [(tuple(s[1]), s[2]) for s in specs]
+    if len(seen) == len(want) and all(a == b for a, b in zip(seen, want)):
+        return [(s[0], t) for s, t in zip(specs, tensors)], []
+    out, missing, used = [], [], set()
+    for s, w in zip(specs, want):
+        hits = [t for t, got in zip(tensors, seen) if got == w and t not in used]
+        if len(hits) == 1:
+            out.append((s[0], hits[0]))
+            used.add(hits[0])
+        else:
+            missing.append(s[0])
+    return out, missing
+
+
+def _scopes(nodes: list[GNode]) -> list[str]:
+    """Every module path a node lies in, with its ancestors."""
+    found: set[str] = set()
+    for n in nodes:
+        parts = n.module.split(".") if n.module else []
+        found.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+    return sorted(found)
+
+
+def boundaries(nodes: list[GNode], sigs: dict[str, dict[str, Any]] | None, graph_inputs: list[str],
+               graph_outputs: list[str], constants: set[str],
+               spec_of: Callable[[str], Spec | None]) -> tuple[list[Boundary], list[str]]:
+    """Module calls and their observable tensors, and what could not be observed (one line each)."""
+    consumers: dict[str, list[GNode]] = {}
+    for n in nodes:
+        for x in n.inputs:
+            consumers.setdefault(x, []).append(n)
+    returned = set(graph_outputs)
+    out: list[Boundary] = []
+    missing: list[str] = []
+    root = (sigs or {}).get("", {})
+    b = Boundary("", root.get("op", UNKNOWN_OP), first=-1.0, last=float(len(nodes)))
+    if sigs:
+        b.inputs, lost_in = _assign(root.get("inputs", []), graph_inputs, spec_of)
+        b.outputs, lost_out = _assign(root.get("outputs", []), graph_outputs, spec_of)
+    else:
+        b.inputs, lost_in = [(f"kwargs.{n}", n) for n in graph_inputs], []
+        b.outputs, lost_out = [(str(k), t) for k, t in enumerate(graph_outputs)], []
+    missing += [f"<root>: {r} {p}" for r, ps in (("input", lost_in), ("output", lost_out)) for p in ps]
+    out.append(b)
+    paths = [p for p in sigs if p] if sigs else _scopes(nodes)
+    for path in paths:
+        sig = (sigs or {}).get(path, {})
+        if sig.get("calls", 1) != 1:
+            missing.append(f"{path}: called {sig['calls']} times (only single calls are located in the graph)")
+            continue
+        inside = [n for n in nodes if n.module == path or n.module.startswith(path + ".")]
+        if not inside:
+            missing.append(f"{path}: no node of the graph lies in this module")
+            continue
+        names = {n.name for n in inside}
+        made = [o for n in inside for o in n.outputs if o]
+        made_set = set(made)
+        outs = [o for o in made if o in returned or any(c.name not in names for c in consumers.get(o, ()))]
+        ins: list[str] = []
+        for n in inside:
+            ins += [x for x in n.inputs if x and x not in made_set and x not in constants and x not in ins]
+        b = Boundary(path, sig.get("op", UNKNOWN_OP), first=inside[0].index - 0.5, last=inside[-1].index + 0.5)
+        if sigs:
+            b.inputs, lost_in = _assign(sig.get("inputs", []), ins, spec_of)
+            b.outputs, lost_out = _assign(sig.get("outputs", []), outs, spec_of)
+            missing += [f"{path}: {r} {p} not located (fused away, or not told apart by shape)" for r, ps in (("input", lost_in), ("output", lost_out)) for p in ps]
+        else:
+            b.outputs = [(str(k), t) for k, t in enumerate(outs)]
+        out.append(b)
+    return out, missing
+
+
+def events(bounds: list[Boundary]) -> list[tuple[Boundary, str]]:
+    """(boundary, role) in the order the torch capture writes them: a module's inputs before its
+    submodules', its outputs after theirs."""
+    keyed = []
+    for b in bounds:
+        depth = b.path.count(".") + 1 if b.path else 0
+        keyed.append(((b.first, 1, depth), b, "input"))  # at one point, outputs of the module before come first
+        keyed.append(((b.last, 0, -depth), b, "output"))
+    return [(b, role) for _, b, role in sorted(keyed, key=lambda e: e[0])]

@@ -1,0 +1,145 @@
+"""`opdiff capture-onnx` and `opdiff fusion onnx`: graph-engine capture and finding the fusion at fault.
+
+Exit status of `fusion`: 0 the fused run agrees with the unfused one, 1 it diverges (the pass at
+fault is named when the bisection finds it), 2 bad input. See docs/fusion.md.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ..base.errors import OpdiffError
+
+
+def _onnx_options(f):
+    f = click.option("--session-config", "session_config", multiple=True, metavar="KEY=VALUE",
+                     help="ORT session config entry, e.g. optimization.enable_gelu_approximation=1 (repeatable).")(f)
+    f = click.option("--disable-optimizer", "disabled", multiple=True, metavar="NAME",
+                     help="Graph transformer or rule to switch off by name (repeatable).")(f)
+    f = click.option("--opt-level", type=click.Choice(["disable", "basic", "extended", "all"]), default="all",
+                     show_default=True, help="ORT graph optimization level.")(f)
+    f = click.option("--inputs", required=True, type=click.Path(), help="Model inputs: .npz of arrays by input name.")(f)
+    return f
+
+
+def _need_onnxruntime() -> None:
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise OpdiffError("onnx and onnxruntime are needed: pip install 'opdiff[onnx]'") from None
+
+
+@click.command("capture-onnx")
+@click.argument("model", type=click.Path())
+@_onnx_options
+@click.option("-o", "--out", "out", required=True, type=click.Path(), help="Dump directory to write.")
+@click.option("--mode", type=click.Choice(["tensor", "stats"]), default="tensor", show_default=True)
+@click.option("--switches", "switch_file", type=click.Path(), help="Switch file from `opdiff fusion`: passes to turn off.")
+@click.option("--level", type=click.Choice(["graph", "module"]), default="graph", show_default=True,
+              help="graph: every node; module: PyTorch module boundaries of an exported model (vs a torch golden).")
+@click.option("--force", is_flag=True, help="Overwrite an existing dump.")
+def capture_onnx_cmd(model, inputs, opt_level, disabled, session_config, out, mode, switch_file, level, force):
+    """Run MODEL (.onnx) in ONNX Runtime on INPUTS and record every node output of the graph it runs."""
+    _need_onnxruntime()
+    from ..capture.onnxruntime import capture_onnx, parse_config
+
+    config = parse_config(session_config)
+    disabled = list(disabled)
+    if switch_file:
+        from ..fusion.switchfile import read_switches
+
+        doc = read_switches(switch_file, "onnxruntime")
+        disabled += doc.get("disabled_optimizers") or []
+        config = {**(doc.get("session_config") or {}), **config}
+    meta = capture_onnx(model, inputs, out, opt_level=opt_level, disabled_optimizers=disabled,
+                        session_config=config, mode=mode, level=level, overwrite=force)
+    obs = meta["observed"]
+    click.echo(f"captured {obs['tensors']} tensors of {obs['nodes']} nodes ({meta['graph']['fused_nodes']} fused) "
+               f"-> {out}")
+    click.echo(f"transformers fired: {', '.join(meta['transformers_fired']) or '(none)'}")
+    if level == "module":
+        mods = meta["modules"]
+        click.echo(f"module boundaries: {mods['modules']} modules, {len(mods['not_observable'])} tensors not observable "
+                   "(meta.json modules.not_observable)")
+    if not obs["outputs_bitwise_equal"]:
+        click.echo(f"warning: observing changed outputs {', '.join(obs['changed_outputs'])}", err=True)
+        return 1
+    return 0
+
+
+@click.group("fusion")
+def fusion_group() -> None:
+    """Find the fusion at fault: fusion off (golden) against on (target), then bisect the engine's passes."""
+
+
+@fusion_group.command("onnx")
+@click.argument("model", type=click.Path())
+@_onnx_options
+@click.option("-o", "--out", "out", required=True, type=click.Path(), help="Output directory.")
+@click.option("--preset", default="default", show_default=True, help="Verdict rule preset.")
+@click.option("--force", is_flag=True, help="Write into an existing non-empty output directory.")
+def fusion_onnx_cmd(model, inputs, opt_level, disabled, session_config, out, preset, force):
+    """ORT: MODEL with optimization off (golden) against OPT_LEVEL (target); bisect the transformers that fired."""
+    _need_onnxruntime()
+    from ..capture.onnxruntime import parse_config
+    from ..fusion.ort import fusion_onnx
+
+    res = fusion_onnx(model, inputs, out, opt_level=opt_level, disabled=list(disabled),
+                      session_config=parse_config(session_config), thresholds=preset, force=force)
+    _print(res)
+    return 0 if res.agrees else 1
+
+
+@fusion_group.command("torch")
+@click.argument("entry")
+@click.option("-o", "--out", "out", required=True, type=click.Path(), help="Output directory.")
+@click.option("--regions", default="children", show_default=True,
+              help="Submodules to compile, comma-separated paths, or 'children' (every direct child).")
+@click.option("--preset", default="default", show_default=True, help="Verdict rule preset.")
+@click.option("--force", is_flag=True, help="Write into an existing non-empty output directory.")
+def fusion_torch_cmd(entry, out, regions, preset, force):
+    """Eager (golden) against torch.compile/Inductor (target) of the (model, inputs) ENTRY builds
+    (MODULE:FUNCTION or SCRIPT.py:FUNCTION); bisect the regions, then Inductor's switches."""
+    from ..capture.entry import load_entry
+    from ..fusion.inductor import fusion_torch
+
+    model, inputs = load_entry(entry)
+    paths = regions if regions == "children" else [p.strip() for p in regions.split(",") if p.strip()]
+    res = fusion_torch(model, inputs, out, regions=paths, thresholds=preset, force=force)
+    obs = res.extra["observed"]
+    ran = ", ".join(f"{r} ({v['graphs']} graph, {v['compiled_calls']} calls)" for r, v in obs["compiled_regions"].items())
+    click.echo(f"compiled regions: {ran}; graph breaks: {len(obs['graph_breaks'])}")
+    if res.extra.get("culprit_regions"):
+        click.echo(f"region at fault: {', '.join(res.extra['culprit_regions'])}")
+    _print(res)
+    if "cost" in res.extra:
+        click.echo(f"total bisection cost: {res.extra['cost']['runs']} runs, {res.extra['cost']['seconds']:.1f} s")
+    return 0 if res.agrees else 1
+
+
+def _print(res) -> None:
+    c = res.counts
+    click.echo(f"fused vs unfused at shared cut points: {c.get('PASS', 0)} pass, {c.get('WARNING', 0)} warning, "
+               f"{c.get('FAIL', 0)} fail")
+    if res.agrees:
+        click.echo("fusion OK: the fused run agrees with the unfused one")
+    else:
+        click.echo(f"diverges first at {res.first_fail}")
+        b = res.bisection
+        if b is not None and res.culprits:
+            click.echo(f"pass at fault: {', '.join(res.culprits)}"
+                       + (" (turning it off restores agreement)" if res.restored else " (turning it off does not restore agreement)"))
+            for node, orig in res.fused_nodes.items():
+                click.echo(f"  made {node} from {', '.join(orig)}")
+            click.echo(f"switch file: {res.out / 'switches.json'}")
+        elif b is not None:
+            click.echo("turning off every pass that fired does not restore agreement: not a fusion problem")
+        if b is not None:
+            click.echo(f"bisection: {len(b.switches)} switches, {len(b.runs)} runs, {b.seconds:.1f} s")
+    click.echo(f"total {res.seconds:.1f} s; reports in {res.out}")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(capture_onnx_cmd)
+    cli.add_command(fusion_group)

@@ -1,0 +1,362 @@
+/* opdiff HTML report: reads the embedded document (gzip + base64 JSON), draws the diagnosis, the
+   error-along-execution chart, the module tree, the virtualised table and the pair details.
+   Plotly (inlined from the installed plotly package) draws the charts; nothing is fetched. */
+"use strict";
+(function () {
+  const COLORS = ["#2e9d4f", "#e0a000", "#d62728", "#999999"];
+  const S = {doc: null, n: 0, view: [], sel: null, sort: {col: 0, asc: true}, metric: "eu", module: null,
+             filter: {res: "", op: "", module: "", name: ""}, chartReady: false, tree: null};
+  const $ = (id) => document.getElementById(id);
+  const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+  const num = (x) => (x === "inf" ? Infinity : x === "-inf" ? -Infinity : x === "nan" ? NaN : x);
+
+  // --- numbers, as opdiff's console shows them (base/numfmt.py) ---
+  function fmt(x, d = 4) {
+    x = num(x);
+    if (x === null || x === undefined) return "-";
+    if (typeof x !== "number") return String(x);
+    if (Number.isNaN(x)) return "nan";
+    if (!Number.isFinite(x)) return x > 0 ? "inf" : "-inf";
+    if (Number.isInteger(x) && Math.abs(x) < 1e6) return String(x);
+    const s = x.toPrecision(d);
+    return s.includes("e") ? s.replace(/\.?0+e/, "e") : s.replace(/(\.\d*?)0+$/, "$1").replace(/\.$/, "");
+  }
+  function fmtCos(omc) {  // cosine from 1 - cos, with enough digits near 1
+    omc = num(omc);
+    if (omc === null || omc === undefined || Number.isNaN(omc)) return "-";
+    if (omc === 0) return "1";
+    if (omc >= 1e-3) return fmt(1 - omc, 6);
+    const digits = Math.min(16, Math.floor(-Math.log10(omc)) + 3);
+    return (1 - omc).toFixed(digits);
+  }
+  const fmtU = (e) => (e === null || e === undefined ? "-" : fmt(e, 3) + " u");
+
+  // --- loading ---
+  async function load() {
+    const b64 = $("opdiff-data").textContent.trim();
+    const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return JSON.parse(await new Response(stream).text());
+  }
+
+  // --- header and diagnosis ---
+  function recLink(name) {
+    if (!name) return "-";
+    return `<span class="rec" data-name="${esc(name)}">${esc(name)}</span>`;
+  }
+  function tensorRows(title, rows) {
+    if (!rows || !rows.length) return "";
+    let h = `<tr><th colspan="6">${esc(title)}</th></tr>`;
+    for (const t of rows) {
+      const dt = t.dtype || {};
+      h += `<tr><td>${recLink(t.target || t.golden)}</td><td>${esc(dt.golden)}/${esc(dt.target)}</td>` +
+        `<td>${esc((t.shape || []).join("x"))}</td><td>${t.error_units == null && t.error ? "differs" : fmtU(t.error_units)}</td>` +
+        `<td>cos ${t.cosine == null ? "-" : fmtCos(1 - t.cosine)}</td><td>max abs ${fmt(t.max_abs_err)}</td></tr>`;
+    }
+    return h;
+  }
+  function renderDiagnosis(d) {
+    const box = $("diag");
+    if (!d) { box.innerHTML = '<h2>Comparison</h2><p class="muted">No diagnosis in this report (run <code>opdiff diagnose GOLDEN TARGET --html FILE</code>).</p>'; return; }
+    const v = String(d.verdict || "?");
+    let h = `<h2>Verdict <span class="badge v-${esc(v)}" id="verdict">${esc(v.toUpperCase())}</span> ${esc(d.summary || "")}</h2>`;
+    const cu = d.culprit;
+    const tgt = S.doc.target;
+    if (cu) {
+      const ci = S.doc.culprit;
+      const dir = ci != null ? S.doc.records.dir[ci] : (cu.direction || "forward");
+      h += `<p id="culprit"><b>Culprit:</b> module <span class="mod" data-module="${esc(cu.module || "")}">${esc(cu.module || "<root>")}</span>, ` +
+        `op <code>${esc(cu.op)}</code>, step ${esc(tgt.step)} (rank ${esc(tgt.rank)}), ${esc(dir)}; target record ${recLink(cu.target)}</p>`;
+    }
+    const ev = d.evidence || {};
+    let et = tensorRows("inputs", ev.inputs) + tensorRows("parameters", ev.parameters) + tensorRows("outputs", ev.outputs) + tensorRows("diverging", ev.diverging);
+    if (et) h += `<b>Evidence</b><table>${et}</table>`;
+    if (ev.settings && typeof ev.settings === "object") {
+      h += "<p><b>Settings that differ:</b> " + Object.entries(ev.settings).map(([k, s]) => `${esc(k)}: ${esc(s && s.golden)} vs ${esc(s && s.target)}`).join("; ") + "</p>";
+    }
+    if (d.path_of_divergence && d.path_of_divergence.length) {
+      h += "<b>Path of divergence</b> (culprit → model output)<table><tr><th>module</th><th>op</th><th>error</th><th>cosine</th></tr>";
+      for (const p of d.path_of_divergence) h += `<tr><td>${p.target ? `<span class="rec" data-name="${esc(p.target)}">${esc(p.module || "<root>")}</span>` : esc(p.module || "<root>")}</td><td>${esc(p.op)}</td><td>${fmtU(p.error_units)}</td><td>${p.cosine == null ? "-" : fmtCos(1 - p.cosine)}</td></tr>`;
+      h += "</table>";
+    }
+    if (d.candidates && d.candidates.length) {
+      h += "<b>Candidates</b> (ranked)<table><tr><th>#</th><th>module</th><th>op</th><th>score</th><th>why</th></tr>";
+      for (const c of d.candidates.slice(0, 8)) h += `<tr><td>${esc(c.rank)}</td><td><span class="mod" data-module="${esc(c.module || "")}">${esc(c.module || "<root>")}</span></td><td>${esc(c.op)}</td><td>${fmt(c.score == null && c.score_nonfinite ? c.score_nonfinite : c.score, 3)}</td><td>${esc(c.reason || "")}</td></tr>`;
+      h += "</table>";
+    }
+    if (d.replay) h += d.replay.status === "ok" ? `<p><b>Replay:</b> ${esc(d.replay.conclusion)}</p>` : `<p class="muted">Replay skipped: ${esc(d.replay.reason)}</p>`;
+    if (d.advice) h += `<p><b>Advice:</b> ${esc(d.advice)}</p>`;
+    for (const w of d.warnings || []) h += `<p class="warn">warning: ${esc(w)}</p>`;
+    box.innerHTML = h;
+    box.querySelectorAll(".rec").forEach((el) => el.addEventListener("click", () => selectByName(el.dataset.name)));
+    box.querySelectorAll(".mod").forEach((el) => el.addEventListener("click", () => selectModule(el.dataset.module)));
+  }
+
+  // --- filters and view ---
+  function matches(i) {
+    const f = S.filter, R = S.doc.records;
+    if (f.res !== "" && R.res[i] !== +f.res) return false;
+    if (f.op && R.op[i] !== f.op) return false;
+    if (f.module) { const m = R.module[i] || ""; if (!(m === f.module || m.startsWith(f.module + "."))) return false; }
+    if (f.name) {
+      const s = R.name[i] + " " + (R.gname[i] || "");
+      if (S.nameRe ? !S.nameRe.test(s) : !s.toLowerCase().includes(f.name.toLowerCase())) return false;
+    }
+    return true;
+  }
+  const SORT_KEYS = [
+    (i) => i, (i) => S.doc.records.name[i], (i) => S.doc.records.op[i], (i) => [2, 1, 0, -1][S.doc.records.res[i]],
+    (i) => num(S.doc.records.eu[i]) ?? -1, (i) => num(S.doc.records.omc[i]) ?? -1,
+    (i) => num(S.doc.metrics.MaxAbsErr ? S.doc.metrics.MaxAbsErr[i] : null) ?? -1,
+    (i) => num(S.doc.metrics.MaxRelativeErr ? S.doc.metrics.MaxRelativeErr[i] : null) ?? -1];
+  function applyView() {
+    const v = [];
+    for (let i = 0; i < S.n; i++) if (matches(i)) v.push(i);
+    const key = SORT_KEYS[S.sort.col], dir = S.sort.asc ? 1 : -1;
+    if (S.sort.col !== 0 || !S.sort.asc) {
+      v.sort((a, b) => { const x = key(a), y = key(b); const c = x < y ? -1 : x > y ? 1 : a - b; return c * dir; });
+    }
+    S.view = v;
+    $("shown").textContent = `${v.length.toLocaleString()} of ${S.n.toLocaleString()} pairs`;
+    renderTable(true);
+    drawChart();
+  }
+
+  // --- virtualised table ---
+  const ROW = 22, HEAD = 24, COLS = ["#", "name", "op", "result", "error", "cosine", "MaxAbsErr", "MaxRelErr (abs)"];
+  function cells(i) {
+    const R = S.doc.records, M = S.doc.metrics;
+    const mae = M.MaxAbsErr ? M.MaxAbsErr[i] : null, mre = M.MaxRelativeErr ? M.MaxRelativeErr[i] : null;
+    const huge = mre != null && (num(mre) > 1e3 || mre === "inf");
+    return [i, esc(R.name[i]), esc(R.op[i]), `<span class="dot r${R.res[i]}"></span>${S.doc.results[R.res[i]]}`,
+            fmtU(R.eu[i]), fmtCos(R.omc[i]), fmt(mae), fmt(mre) + (huge ? ` (${fmt(mae)})` : "")];
+  }
+  function renderTable(reset) {
+    const box = $("tbl"), body = $("tbody");
+    if (reset) { body.style.height = S.view.length * ROW + "px"; if (reset === true) box.scrollTop = 0; }
+    const first = Math.max(0, Math.floor((box.scrollTop) / ROW) - 5);
+    const last = Math.min(S.view.length, first + Math.ceil(box.clientHeight / ROW) + 10);
+    let h = "";
+    for (let k = first; k < last; k++) {
+      const i = S.view[k], c = cells(i);
+      h += `<div class="tr${i === S.sel ? " sel" : ""}" data-i="${i}" style="top:${k * ROW}px">` +
+        c.map((x, j) => `<div class="c c${j}">${x}</div>`).join("") + "</div>";
+    }
+    body.innerHTML = h;
+  }
+  function initTable() {
+    $("thead").innerHTML = COLS.map((c, j) => `<div class="c c${j}" data-j="${j}">${c}</div>`).join("");
+    $("thead").addEventListener("click", (e) => {
+      const j = +e.target.dataset.j; if (Number.isNaN(j)) return;
+      S.sort = {col: j, asc: S.sort.col === j ? !S.sort.asc : j < 3};
+      applyView();
+    });
+    $("tbl").addEventListener("scroll", () => renderTable(false));
+    $("tbody").addEventListener("click", (e) => { const tr = e.target.closest(".tr"); if (tr) select(+tr.dataset.i, "table"); });
+  }
+  function scrollTableTo(i) {
+    const k = S.view.indexOf(i);
+    const box = $("tbl");
+    if (k >= 0 && (k * ROW < box.scrollTop || (k + 1) * ROW > box.scrollTop + box.clientHeight - HEAD)) box.scrollTop = Math.max(0, k * ROW - box.clientHeight / 3);
+    renderTable(false);
+  }
+
+  // --- chart: error along execution ---
+  const FLOOR = {eu: 1e-2, omc: 1e-12};
+  function yval(i) {
+    const v = num(S.doc.records[S.metric][i]);
+    if (v === null || v === undefined || Number.isNaN(v)) return null;
+    if (!Number.isFinite(v)) return 1e30;
+    return Math.max(v, FLOOR[S.metric]);
+  }
+  function drawChart() {
+    if (!window.Plotly) { $("chart").innerHTML = '<p class="muted">Charts need plotly (pip install "opdiff[report]") when the report is written.</p>'; return; }
+    const big = S.view.length > 20000 && S.webgl;
+    const type = big ? "scattergl" : "scatter";
+    const R = S.doc.records, traces = [];
+    for (let r = 0; r < 4; r++) {
+      const xs = [], ys = [], ids = [];
+      for (const i of S.view) if (R.res[i] === r) { const y = yval(i); if (y !== null) { xs.push(i); ys.push(y); ids.push(i); } }
+      traces.push({type, mode: "markers", name: S.doc.results[r], x: xs, y: ys, customdata: ids,
+                   marker: {color: COLORS[r], size: big ? 4 : 6, opacity: r === 0 ? 0.6 : 0.9},
+                   hovertemplate: "#%{x} %{text}<br>%{y:.3g}<extra></extra>", text: ids.map((i) => R.name[i])});
+    }
+    const c = S.doc.culprit;
+    traces.push({type: "scatter", mode: "markers+text", name: "culprit", x: c == null ? [] : [c], y: c == null ? [] : [yval(c) ?? FLOOR[S.metric]],
+                 customdata: c == null ? [] : [c], text: c == null ? [] : ["culprit"], textposition: "top center",
+                 marker: {symbol: "star", size: 16, color: "#000", line: {color: "#fff", width: 1}},
+                 hovertemplate: c == null ? "" : "culprit #%{x}<br>" + esc(R.name[c]) + "<extra></extra>"});
+    traces.push({type: "scatter", mode: "markers", name: "selected", x: [], y: [], customdata: [], showlegend: false,
+                 marker: {symbol: "circle-open", size: 16, color: "#1f5fbf", line: {width: 3}}, hoverinfo: "skip"});
+    const ylab = S.metric === "eu" ? "error (rounding units u)" : "1 − cosine";
+    const layout = {margin: {l: 60, r: 10, t: 10, b: 40}, xaxis: {title: {text: "pair # (execution order)"}},
+                    yaxis: {type: "log", title: {text: ylab}, exponentformat: "power"}, hovermode: "closest",
+                    legend: {orientation: "h", y: 1.08}, uirevision: S.metric};
+    Plotly.react("chart", traces, layout, {displaylogo: false, responsive: true}).then(() => {
+      S.chartReady = true; document.body.dataset.chart = "drawn"; markSelected();
+    });
+    if (!S.chartHooked) {
+      S.chartHooked = true;
+      $("chart").on("plotly_click", (ev) => { const p = ev.points && ev.points[0]; if (p && p.customdata != null) select(+p.customdata, "chart"); });
+    }
+  }
+  function markSelected() {
+    if (!S.chartReady) return;
+    const i = S.sel, n = $("chart").data.length - 1;
+    const y = i == null ? null : yval(i);
+    Plotly.restyle("chart", {x: [i == null || y == null ? [] : [i]], y: [y == null ? [] : [y]]}, [n]);
+  }
+
+  // --- module tree ---
+  function buildTree() {
+    const root = {name: "", full: "", kids: new Map(), worst: -1, res: -1, n: 0};
+    const R = S.doc.records;
+    for (let i = 0; i < S.n; i++) {
+      const m = R.module[i] || "";
+      let node = root;
+      const e = num(R.eu[i]), r = R.res[i] === 3 ? -1 : R.res[i];
+      const upd = (nd) => { nd.n++; if (e != null && !Number.isNaN(e) && e > nd.worst) nd.worst = e; if (r > nd.res) nd.res = r; };
+      upd(node);
+      if (!m) continue;
+      let full = "";
+      for (const part of m.split(".")) {
+        full = full ? full + "." + part : part;
+        if (!node.kids.has(part)) node.kids.set(part, {name: part, full, kids: new Map(), worst: -1, res: -1, n: 0});
+        node = node.kids.get(part);
+        upd(node);
+      }
+    }
+    S.tree = root;
+  }
+  function treeItem(nd) {
+    const li = document.createElement("li");
+    const has = nd.kids.size > 0;
+    const col = nd.res >= 0 ? COLORS[nd.res] : COLORS[3];
+    li.innerHTML = `<span class="tog">${has ? "▸" : ""}</span><span class="tn" data-module="${esc(nd.full)}"><span class="sw" style="background:${col}"></span>${esc(nd.name || "(model)")} <span class="muted">${nd.worst >= 0 ? fmtU(nd.worst) : ""} · ${nd.n}</span></span>`;
+    li._node = nd;
+    return li;
+  }
+  function expand(li) {
+    const nd = li._node;
+    if (li._open || !nd.kids.size) return;
+    const ul = document.createElement("ul");
+    for (const k of nd.kids.values()) ul.appendChild(treeItem(k));
+    li.appendChild(ul); li._open = true; li.querySelector(".tog").textContent = "▾";
+  }
+  function collapse(li) { const ul = li.querySelector("ul"); if (ul) ul.remove(); li._open = false; li.querySelector(".tog").textContent = li._node.kids.size ? "▸" : ""; }
+  function initTree() {
+    buildTree();
+    const ul = document.createElement("ul");
+    const top = treeItem(S.tree);
+    ul.appendChild(top); $("tree").appendChild(ul); expand(top);
+    $("tree").addEventListener("click", (e) => {
+      const li = e.target.closest("li"); if (!li) return;
+      if (e.target.classList.contains("tog")) { li._open ? collapse(li) : expand(li); return; }
+      if (e.target.closest(".tn")) selectModule(li._node.full);
+    });
+  }
+  function revealModule(m) {  // expand the tree down to module m and mark it
+    let li = $("tree").querySelector("li");
+    if (m) for (const part of m.split(".")) {
+      expand(li);
+      const next = [...li.querySelector("ul").children].find((c) => c._node.name === part);
+      if (!next) break;
+      li = next;
+    }
+    $("tree").querySelectorAll(".tn.sel").forEach((x) => x.classList.remove("sel"));
+    const tn = li.querySelector(".tn"); tn.classList.add("sel");
+    const box = $("tree"), r = tn.getBoundingClientRect(), b = box.getBoundingClientRect();
+    if (r.top < b.top || r.bottom > b.bottom) box.scrollTop += r.top - b.top - box.clientHeight / 3;
+  }
+  function selectModule(m) {
+    S.filter.module = m; $("f-module").value = m;
+    applyView();
+    revealModule(m);
+    // the module's culprit record if it holds it, else its worst pair (FAIL first)
+    const c = S.doc.culprit;
+    if (c != null && S.view.includes(c)) { select(c, "tree"); return; }
+    let best = null, bk = null;
+    for (const i of S.view) { const k = [S.doc.records.res[i] === 3 ? -1 : S.doc.records.res[i], num(S.doc.records.eu[i]) ?? -1]; if (bk === null || k[0] > bk[0] || (k[0] === bk[0] && k[1] > bk[1])) { best = i; bk = k; } }
+    if (best != null) select(best, "tree");
+  }
+
+  // --- details of the selected pair ---
+  function renderDetails(i) {
+    const R = S.doc.records, M = S.doc.metrics;
+    let h = `<h2>Pair #${i} <span class="badge r${R.res[i]}">${S.doc.results[R.res[i]]}</span></h2>` +
+      `<table><tr><td>target</td><td class="mono" id="d-name">${esc(R.name[i])}</td></tr>` +
+      (R.gname[i] ? `<tr><td>golden</td><td class="mono">${esc(R.gname[i])}</td></tr>` : "") +
+      `<tr><td>module</td><td>${esc(R.module[i] || "<root>")}</td></tr><tr><td>op</td><td>${esc(R.op[i])} (${esc(R.dir[i])})</td></tr>` +
+      `<tr><td>dtype g/t</td><td>${esc(R.gdt[i])}/${esc(R.tdt[i])}</td></tr><tr><td>shape</td><td>[${esc(R.shape[i].join(","))}]</td></tr>` +
+      `<tr><td>match / status</td><td>${esc(R.match[i])} / ${esc(R.status[i])}</td></tr>` +
+      `<tr><td>error</td><td>${fmtU(R.eu[i])}</td></tr><tr><td>Cosine</td><td id="d-cos">${fmtCos(R.omc[i])}</td></tr>`;
+    for (const k of Object.keys(M)) if (M[k][i] !== null && M[k][i] !== undefined) h += `<tr><td>${esc(k)}</td><td class="mono">${fmt(M[k][i], 6)}</td></tr>`;
+    if (R.msg[i]) h += `<tr><td>note</td><td>${esc(R.msg[i])}</td></tr>`;
+    h += "</table>";
+    const s = S.doc.samples[String(i)];
+    h += s ? `<div id="pairplots"><div id="pp-scatter"></div><div id="pp-hist"></div></div>` :
+      '<p class="muted">No value sample stored for this pair (samples are kept for the diagnosis\' tensors and the worst pairs).</p>';
+    $("details").innerHTML = h;
+    if (s && window.Plotly) {
+      const g = s.g.map(num), t = s.t.map(num);
+      const lo = Math.min(...g.filter(Number.isFinite)), hi = Math.max(...g.filter(Number.isFinite));
+      const m = {l: 45, r: 5, t: 25, b: 35};
+      Plotly.newPlot("pp-scatter", [{type: "scatter", mode: "markers", x: g, y: t, marker: {size: 4, color: COLORS[R.res[i]]}, name: "values"},
+        {type: "scatter", mode: "lines", x: [lo, hi], y: [lo, hi], line: {color: "#888", dash: "dot"}, name: "y = x"}],
+        {title: {text: "target vs golden (sample)", font: {size: 12}}, margin: m, showlegend: false, xaxis: {title: {text: "golden"}}, yaxis: {title: {text: "target"}}},
+        {displaylogo: false, staticPlot: false, responsive: true});
+      Plotly.newPlot("pp-hist", [{type: "histogram", x: t.map((v, k) => v - g[k]), marker: {color: COLORS[R.res[i]]}, nbinsx: 40}],
+        {title: {text: "target − golden (sample)", font: {size: 12}}, margin: m, bargap: 0.05}, {displaylogo: false, responsive: true});
+    }
+  }
+  function select(i, from) {
+    if (i == null || i < 0 || i >= S.n) return;
+    S.sel = i;
+    renderDetails(i);
+    markSelected();
+    if (from !== "table") scrollTableTo(i); else renderTable(false);
+    if (from !== "tree") revealModule(S.doc.records.module[i] || "");
+    document.body.dataset.selected = String(i);
+  }
+  function selectByName(name) {
+    const R = S.doc.records;
+    let i = R.name.indexOf(name);
+    if (i < 0) i = R.gname.indexOf(name);
+    if (i >= 0) select(i, "link");
+  }
+
+  // --- start ---
+  function initFilters() {
+    const ops = [...new Set(S.doc.records.op)].sort();
+    $("f-op").innerHTML = '<option value="">all ops</option>' + ops.map((o) => `<option>${esc(o)}</option>`).join("");
+    $("f-res").innerHTML = '<option value="">all results</option>' + S.doc.results.map((r, k) => `<option value="${k}">${r}</option>`).join("");
+    const on = (id, key) => $(id).addEventListener("input", () => {
+      S.filter[key] = $(id).value;
+      if (key === "name") { try { S.nameRe = /[\\^$*+?()[\]{}|]/.test(S.filter.name) ? new RegExp(S.filter.name, "i") : null; $(id).style.outline = ""; } catch (e) { S.nameRe = null; $(id).style.outline = "2px solid #d62728"; } }
+      applyView();
+    });
+    on("f-res", "res"); on("f-op", "op"); on("f-module", "module"); on("f-name", "name");
+    $("f-metric").addEventListener("change", () => { S.metric = $("f-metric").value; drawChart(); });
+  }
+  function header() {
+    const d = S.doc;
+    $("title").textContent = d.title;
+    $("sub").innerHTML = `golden <code>${esc(d.golden.path)}</code> vs target <code>${esc(d.target.path)}</code> · rank ${esc(d.target.rank)} step ${esc(d.target.step)} · mode ${esc(d.mode)} · thresholds ${esc(d.thresholds)}`;
+    $("counts").innerHTML = d.results.map((r, k) => `<span class="badge r${k}">${r} ${(d.counts[r] || 0).toLocaleString()}</span>`).join("") +
+      (d.first_fail != null ? ` first FAIL: <span class="rec mono" id="firstfail">#${d.first_fail}</span>` : "");
+    const ff = $("firstfail"); if (ff) ff.addEventListener("click", () => select(d.first_fail, "link"));
+  }
+  async function main() {
+    const t0 = performance.now();
+    try { S.doc = await load(); } catch (e) { $("diag").innerHTML = `<p class="warn">This browser cannot read the report's data (${esc(e)}); use a current Chrome, Firefox, Edge or Safari.</p>`; return; }
+    S.n = S.doc.records.name.length;
+    try { const c = document.createElement("canvas"); S.webgl = !!(c.getContext("webgl") || c.getContext("experimental-webgl")); } catch (e) { S.webgl = false; }
+    header(); renderDiagnosis(S.doc.diagnosis); initFilters(); initTable(); initTree();
+    applyView();
+    const start = S.doc.culprit ?? S.doc.first_fail;
+    if (start != null) select(start, "start");
+    window.opdiff.loadMs = performance.now() - t0;
+  }
+  window.opdiff = {state: S, select, selectByName, selectModule, fmt, fmtCos};
+  document.addEventListener("DOMContentLoaded", main);
+})();
