@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e ".[torch,onnx,tf,test,lint,report,browser,explorer]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[torch,onnx,tf,dask,test,lint,report,browser,explorer]" "$(TORCH_PIN)"
 	$(PY) -m opdiff.warm
 	touch $(STAMP)
 

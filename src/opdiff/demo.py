@@ -8,7 +8,6 @@ and says whether the diagnosis found the fault. Needs torch and transformers.
 from __future__ import annotations
 
 import random
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from .base.outdir import claim_dir
+from .base.outdir import prepare_outputs
 from .errors import OpdiffError
 
 # what the demo may secretly inject: real faults mostly, sometimes a benign change or other inputs
@@ -43,14 +42,7 @@ class DemoResult:
 
 def prepare_out(out: Path, force: bool) -> None:
     """An empty output directory; with `force`, the demo's own earlier outputs are replaced (nothing else)."""
-    if claim_dir(out, force, hint="use --force to replace the demo's outputs"):
-        for name in OUTPUTS:
-            p = out / name
-            if p.is_dir():
-                shutil.rmtree(p)
-            elif p.exists():
-                p.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_outputs(out, force, OUTPUTS, hint="use --force to replace the demo's outputs")
 
 
 def _size(model: str) -> dict[str, Any]:

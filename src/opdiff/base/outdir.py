@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .errors import OpdiffError
@@ -69,3 +70,15 @@ def write_atomic(path: Path, write: Callable[[Path], object], error: type[Opdiff
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def prepare_outputs(out: Path, force: bool, outputs: Iterable[str], *, hint: str = "use --force") -> None:
+    """An empty output directory; with `force`, only the named outputs of an earlier run are replaced."""
+    if claim_dir(out, force, hint=hint):
+        for name in outputs:
+            p = out / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+    out.mkdir(parents=True, exist_ok=True)

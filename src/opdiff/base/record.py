@@ -5,6 +5,7 @@ Also its statistics. Field meanings: docs/format.md. Plain dataclasses; no stage
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from sys import intern
@@ -82,10 +83,7 @@ class Record:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
     @property
     def has_data(self) -> bool:

@@ -13,6 +13,7 @@ import click
 from ..base.errors import OpdiffError
 from ..base.outdir import check_replaceable, check_writable, claim_dir, write_atomic
 from .common import open_dump
+from .dask_opts import dask_options
 
 FORMATS = ("csv", "xlsx", "json", "html", "model-explorer")
 REPORT_STEM = "compare"
@@ -62,8 +63,9 @@ def _prepare_out(out: Path, force: bool, fmts: list[str]) -> None:
               help=f"Report formats, comma-separated, from: {', '.join(FORMATS)}.")
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Worst pairs to print.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@dask_options
 def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pass_if, warn_if, workers, rank, step,
-                allow_partial, allow_unmatched, force, formats, top, no_progress):
+                allow_partial, allow_unmatched, force, formats, top, no_progress, scheduler, placement, shard_mb):
     """Compare every tensor of TARGET with its counterpart in GOLDEN and write reports to OUT.
 
     Exits 0 when everything passes, 1 when something fails, 2 on bad input.
@@ -79,6 +81,12 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     if pass_if:
         th = with_rules(th, [parse_expr(e) for e in pass_if], [parse_expr(e) for e in warn_if])
     mapping = load_mapping(map_file) if map_file else None
+    if scheduler:  # every selected (rank, step) part, on Dask (docs/scale.md)
+        from .dask_opts import run_compare
+
+        return run_compare(golden, target, Path(out), scheduler=scheduler, placement=placement, shard_mb=shard_mb,
+                           fmts=fmts, top=top, allow_unmatched=allow_unmatched, force=force, mapping=mapping,
+                           mode=mode, thresholds=th, rank=rank, step=step, allow_partial=allow_partial)
     g = open_dump(golden, rank, step, allow_partial)
     t = open_dump(target, rank, step, allow_partial)
     out_dir = Path(out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -17,6 +18,7 @@ from ..base.errors import OpdiffError
 from ..base.outdir import check_replaceable, check_writable, write_atomic
 from ..base.termsafe import safe, safe_deep
 from .common import open_dump
+from .dask_opts import dask_options
 
 LEVELS = ("module", "api", "aten")
 
@@ -49,8 +51,9 @@ def _out_file(path: str | None, force: bool) -> Path | None:
               help="Confirm the culprit by replaying it on golden's inputs (needs tensor mode and torch).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel workers for the comparison.")
 @click.option("--allow-partial", is_flag=True, help="Diagnose an incomplete (cut-off) dump up to where it stops.")
+@dask_options
 def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level, rank, step, replay, workers,
-                 allow_partial):
+                 allow_partial, scheduler, placement, shard_mb):
     """Name the op where TARGET first goes wrong against GOLDEN, and why.
 
     One verdict: pass, inputs-differ, overflow, fault (with the culprit op) or drift.
@@ -65,18 +68,27 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     mapping = load_mapping(map_file) if map_file else None
     g = open_dump(golden, rank, step, allow_partial, "diagnose")
     t = open_dump(target, rank, step, allow_partial, "diagnose")
-    cmp = None
-    if html_path is not None:  # the report shows every pair: keep the comparison diagnose makes
+    cmp: Any = None
+    html_cmp = None
+    if scheduler:  # the comparisons on Dask (docs/scale.md), the diagnosis here
+        from .dask_opts import distributed_comparisons
+
+        tasks = out_path.with_name(out_path.name + ".tasks") if out_path is not None else None
+        cmp = distributed_comparisons(g, t, scheduler=scheduler, placement=placement, shard_mb=shard_mb, tasks=tasks,
+                                      rank=rank, step=step, mapping=mapping, allow_partial=allow_partial)
+        html_cmp = cmp.get((g.rank, g.step))
+    if html_path is not None and html_cmp is None:  # the report shows every pair: keep the comparison diagnose makes
         from ..compare import compare
 
-        cmp = compare(g, t, mapping=mapping, workers=workers)
+        html_cmp = compare(g, t, mapping=mapping, workers=workers)
+        cmp = cmp or html_cmp
     d = diagnose(g, t, mapping=mapping, comparison=cmp, replay=replay, level=level, workers=workers, rank=rank, step=step)
     if out_path is not None:
         write_atomic(out_path, lambda tmp: write_json(d, tmp))
     if html_path is not None:
         from ..report import write_html
 
-        write_html(cmp, html_path, diagnosis=d, title=f"opdiff diagnose: {g.root.name} vs {t.root.name}")
+        write_html(html_cmp, html_path, diagnosis=d, title=f"opdiff diagnose: {g.root.name} vs {t.root.name}")
     if as_json:
         click.echo(to_json_text(d))
     else:

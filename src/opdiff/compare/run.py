@@ -291,6 +291,72 @@ def _mark_cut_off(results: list[PairResult], golden: Dump, target: Dump) -> None
                 r.note = r.note or f"{CUT_OFF_NOTE} {other} dump"
 
 
+@dataclass
+class PairPlan:
+    """The aligned pairs of two dumps and which of them are compared on tensor data: compare's unit
+    of work, so that a distributed task runs the very same per-pair code on a subset of it."""
+
+    pairs: list[Pair]
+    floors: list[str | None]  # per pair: lowest float precision that ran before it (precision_floors)
+    work: list[tuple[int, int]]  # (pair position, bytes of both sides) of the pairs read as tensors
+
+    def cheap(self) -> list[int]:
+        """Positions of the pairs that need no tensor data (stats, hash, unmatched, mismatched)."""
+        heavy = {i for i, _ in self.work}
+        return [i for i in range(len(self.pairs)) if i not in heavy]
+
+
+def plan_pairs(golden: Dump, target: Dump, mapping: Mapping | None, mode: str) -> PairPlan:
+    """Check the runs are of one model and the shards sound (tensor modes), align, size each pair's tensor work."""
+    check_comparable(golden, target, mapping=mapping)
+    if mode in ("auto", "tensor"):
+        golden.check()
+        target.check()
+    pairs = align(golden, target, mapping)
+    g_floor, t_floor = precision_floors(golden.records), precision_floors(target.records)
+    floors = [lower_precision(g_floor[p.golden.name], t_floor[p.target.name])
+              if p.golden is not None and p.target is not None else None for p in pairs]
+    work: list[tuple[int, int]] = []
+    for i, p in enumerate(pairs):
+        g, t = p.golden, p.target
+        if g is not None and t is not None and _pair_mode(mode, g, t)[0] == "tensor" and tuple(g.shape) == tuple(t.shape):
+            work.append((i, _nbytes(g) + _nbytes(t)))
+    return PairPlan(pairs, floors, work)
+
+
+def compare_subset(golden: Dump, target: Dump, plan: PairPlan, positions: list[int], mode: str,
+                   thresholds: Thresholds, ws: Workspace | None = None) -> list[tuple[int, PairResult]]:
+    """(position, result) of the plan's pairs at `positions`, by compare_pair."""
+    return [(i, compare_pair(golden, target, plan.pairs[i], mode, thresholds, ws, plan.floors[i])) for i in positions]
+
+
+def finish(results: list[PairResult | None], golden: Dump, target: Dump) -> list[PairResult]:
+    """Number the results in order and mark the records past the end of a cut-off dump."""
+    final: list[PairResult] = []
+    for i, r in enumerate(results):
+        assert r is not None
+        r.index = i
+        final.append(r)
+    _mark_cut_off(final, golden, target)
+    return final
+
+
+def resolve_thresholds(thresholds: Thresholds | str | os.PathLike | None) -> Thresholds:
+    """A Thresholds from itself, a preset name or a YAML/JSON file path (None: the default preset)."""
+    if thresholds is None:
+        return preset("default")
+    if isinstance(thresholds, str) and not Path(thresholds).suffix:
+        return preset(thresholds)
+    if isinstance(thresholds, (str, os.PathLike)):
+        return load_thresholds(thresholds)
+    return thresholds
+
+
+def resolved_mode(golden: Dump, target: Dump, mode: str) -> str:
+    """The mode a comparison reports: "auto" resolved to the richest both dumps allow."""
+    return _dump_mode(golden, target) if mode == "auto" else mode
+
+
 def compare(
     golden: Dump | str | os.PathLike,
     target: Dump | str | os.PathLike,
@@ -312,28 +378,12 @@ def compare(
     golden, target = _as_dump(golden), _as_dump(target)
     if isinstance(mapping, (str, os.PathLike)):
         mapping = load_mapping(mapping)
-    if thresholds is None:
-        thresholds = preset("default")
-    elif isinstance(thresholds, str) and not Path(thresholds).suffix:
-        thresholds = preset(thresholds)
-    elif isinstance(thresholds, (str, os.PathLike)):
-        thresholds = load_thresholds(thresholds)
-    check_comparable(golden, target, mapping=mapping)
-    if mode in ("auto", "tensor"):
-        golden.check()
-        target.check()
-    pairs = align(golden, target, mapping)
-    g_floor, t_floor = precision_floors(golden.records), precision_floors(target.records)
-    floors = [lower_precision(g_floor[p.golden.name], t_floor[p.target.name])
-              if p.golden is not None and p.target is not None else None for p in pairs]
+    thresholds = resolve_thresholds(thresholds)
+    plan = plan_pairs(golden, target, mapping, mode)
+    pairs, work = plan.pairs, plan.work
     results: list[PairResult | None] = [None] * len(pairs)
-    work: list[tuple[int, int]] = []
-    for i, p in enumerate(pairs):
-        g, t = p.golden, p.target
-        if g is not None and t is not None and _pair_mode(mode, g, t)[0] == "tensor" and tuple(g.shape) == tuple(t.shape):
-            work.append((i, _nbytes(g) + _nbytes(t)))
-        else:
-            results[i] = compare_pair(golden, target, p, mode, thresholds, floor=floors[i])
+    for i, r in compare_subset(golden, target, plan, plan.cheap(), mode, thresholds):
+        results[i] = r
     workers = max(1, workers or default_workers())
     total = sum(nb for _, nb in work)
     done = 0
@@ -346,7 +396,7 @@ def compare(
         if ws is None:
             ws = local.ws = Workspace()
             spaces.append(ws)  # list.append is atomic: each worker thread adds its own
-        return [(i, compare_pair(golden, target, pairs[i], mode, thresholds, ws, floors[i])) for i in batch]
+        return compare_subset(golden, target, plan, batch, mode, thresholds, ws)
 
     sizes = dict(work)
     batches = _batches(work)
@@ -369,13 +419,8 @@ def compare(
         report(None)
         for ws in spaces:
             ws.close()
-    final: list[PairResult] = []
-    for i, r in enumerate(results):
-        assert r is not None
-        r.index = i
-        final.append(r)
-    _mark_cut_off(final, golden, target)
-    return Comparison(golden=golden, target=target, mode=_dump_mode(golden, target) if mode == "auto" else mode,
+    final = finish(results, golden, target)
+    return Comparison(golden=golden, target=target, mode=resolved_mode(golden, target, mode),
                       results=final, thresholds=thresholds, mapping=mapping, elapsed=time.perf_counter() - t0,
                       tensor_bytes=total, workers=workers)
 

@@ -93,7 +93,8 @@ def diagnose(golden: Dump | str | os.PathLike[str], target: Dump | str | os.Path
     Every (rank, step) part both runs captured is diagnosed, each pass in turn (forward, backward,
     the optimizer's update); the first step where anything diverges is reported, with its culprit.
     `rank` / `step` narrow the parts, `direction` the passes. `comparison` reuses an
-    `opdiff.compare.compare` result for one part; otherwise each part is compared here with `mapping`.
+    `opdiff.compare.compare` result for one part, or takes {(rank, step): Comparison} (e.g. computed
+    on Dask) for those parts; otherwise each part is compared here with `mapping`.
     With `replay`, the culprit is re-executed on golden inputs when the dumps hold what that needs.
     """
     from .steps import diagnose_run

@@ -81,15 +81,17 @@ def diagnose_run(golden: Dump, target: Dump, *, mapping: Mapping | str | os.Path
     from ..compare import compare
     from .run import confirm_culprit, diagnose_pass
 
-    keys = [(target.rank, target.step)] if comparison is not None else _parts(golden, target, rank, step)
+    per_part = comparison if isinstance(comparison, dict) else None  # {(rank, step): Comparison}, e.g. from Dask
+    keys = sorted(per_part) if per_part is not None else [(target.rank, target.step)] if comparison is not None \
+        else _parts(golden, target, rank, step)
     done: list[Part] = []
     steps = sorted({s for _, s in keys})
     for s in steps:
         at_step: list[Part] = []
         for r in sorted({r for r, s2 in keys if s2 == s}):
             g, t = _part(golden, r, s), _part(target, r, s)
-            comp = comparison if comparison is not None else compare(g, t, mapping=mapping, workers=workers,
-                                                                      progress=progress)
+            comp = per_part[(r, s)] if per_part is not None else comparison if comparison is not None \
+                else compare(g, t, mapping=mapping, workers=workers, progress=progress)
             dirs = _directions(comp, direction)
             if not dirs:
                 raise OpdiffError(f"{t.root}: no {direction} records to diagnose (rank {r}, step {s})")

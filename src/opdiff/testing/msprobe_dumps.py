@@ -118,13 +118,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--ranks", type=int, default=0, help="run N gloo ranks (0: no torch.distributed)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--port", type=int, default=29531)
+    p.add_argument("--port", type=int, default=0, help="gloo rendezvous port (0: a free one)")
     p.add_argument("--width", type=int, default=WIDTH)
     p.add_argument("--layers", type=int, default=LAYERS)
     p.add_argument("--seq", type=int, default=SEQ)
     p.add_argument("--batch", type=int, default=BATCH)
     p.add_argument("--heads", type=int, default=HEADS)
     return p
+
+
+def _free_port() -> int:
+    """A TCP port free on the loopback now (a fixed one collides with other gloo runs on the machine)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def run_job(argv: list[str]) -> None:
@@ -135,6 +144,7 @@ def run_job(argv: list[str]) -> None:
     if args.ranks:
         import torch.multiprocessing as mp
 
+        args.port = args.port or _free_port()
         mp.start_processes(_rank_main, args=(args,), nprocs=args.ranks, join=True, start_method="fork")
     else:
         dump(args)

@@ -55,6 +55,19 @@ def write_dump(path: str | os.PathLike, tensors: Iterable[Tensor], *, mode: str 
     w.close(complete=complete)
 
 
+def write_run(path: str | os.PathLike, parts: dict[tuple[int, int], Iterable[Tensor]], *, shard_bytes: int | None = None,
+              meta: dict[str, Any] | None = None) -> None:
+    """Write a multi-rank / multi-step run in tensor mode: parts[(rank, step)] are that part's tensors."""
+    kw = {"shard_bytes": shard_bytes} if shard_bytes else {}
+    ranks = {r for r, _ in parts}
+    w = DumpWriter(path, {"framework": "numpy", "mode": "tensor", "world_size": len(ranks), **(meta or {})}, **kw)
+    for (rank, step), tensors in sorted(parts.items()):
+        w.begin(rank, step)
+        for t in tensors:
+            w.add(make_record(t), np.ascontiguousarray(t.array))
+    w.close(complete=True)
+
+
 class OpRun:
     """Writes one run op by op: ops with input/output tensors, module calls nesting others, producer links."""
 

@@ -9,6 +9,7 @@ CRCs are not checked (CRC-32C is not in the standard library); lengths are.
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from collections.abc import Iterator
@@ -155,10 +156,7 @@ class TensorInfo:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
 
 def _shape(buf: Buf, start: int, end: int) -> tuple[int, ...]:

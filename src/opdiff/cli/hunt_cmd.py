@@ -1,0 +1,88 @@
+"""`opdiff hunt SCRIPT:golden SCRIPT:target -o OUT`: tiered capture of two entry points (docs/scale.md).
+
+Exit status: 0 the runs agree, 1 a culprit or other verdict, 2 bad input or a run that does not
+reproduce itself when re-run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..base.errors import OpdiffError
+
+LEVELS = ("module", "api", "aten")
+
+
+def load_entry(spec: str) -> Callable[..., Any]:
+    """The function named by `path/to/script.py:fn` or `package.module:fn`."""
+    source, sep, name = spec.rpartition(":")
+    if not sep or not source or not name.isidentifier():
+        raise OpdiffError(f"{spec}: expected SCRIPT.py:FUNCTION or MODULE:FUNCTION")
+    if source.endswith(".py") or "/" in source:
+        path = Path(source)
+        if not path.is_file():
+            raise OpdiffError(f"{path}: no such script")
+        mod_name = f"opdiff_hunt_{abs(hash(str(path.resolve())))}"
+        mod = sys.modules.get(mod_name)
+        if mod is None:
+            loader = importlib.util.spec_from_file_location(mod_name, path)
+            assert loader is not None and loader.loader is not None
+            mod = importlib.util.module_from_spec(loader)
+            sys.modules[mod_name] = mod
+            loader.loader.exec_module(mod)
+    else:
+        try:
+            mod = importlib.import_module(source)
+        except ModuleNotFoundError as exc:
+            raise OpdiffError(f"{source}: cannot import module ({exc})") from None
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        raise OpdiffError(f"{source}: has no function {name!r}")
+    return fn
+
+
+@click.command("hunt")
+@click.argument("golden")
+@click.argument("target")
+@click.option("-o", "--out", "out", required=True, type=click.Path(), help="Output directory (dumps of both passes, reports).")
+@click.option("--level", type=click.Choice(LEVELS), default="module", show_default=True, help="Capture level of pass 1.")
+@click.option("--detail-level", type=click.Choice(LEVELS), default=None, help="Capture level of pass 2 (default: --level).")
+@click.option("--stats-mode", type=click.Choice(["stats", "hash"]), default="stats", show_default=True,
+              help="What pass 1 keeps of every tensor.")
+@click.option("--widen", "widen_by", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Capture this many parent modules up from the suspect in pass 2.")
+@click.option("--replay/--no-replay", default=True, show_default=True, help="Confirm the culprit by replay.")
+@click.option("--force", is_flag=True, help="Replace hunt's outputs in an existing OUT.")
+@click.option("--json", "as_json", is_flag=True, help="Print the hunt report as JSON.")
+def hunt_cmd(golden, target, out, level, detail_level, stats_mode, widen_by, replay, force, as_json):
+    """Run GOLDEN and TARGET (SCRIPT.py:FUNCTION or MODULE:FUNCTION, each called as fn(capture)) twice:
+    statistics of the whole model, then tensors of the suspect region only; diagnose.
+
+    Exits 0 when the runs agree, 1 on any other verdict, 2 on bad input or a run that does not repeat.
+    """
+    import json
+
+    from rich.console import Console
+
+    from ..hunting import hunt
+    from ..hunting.report import render
+
+    g, t = load_entry(golden), load_entry(target)
+    res = hunt(g, t, out, level=level, detail_level=detail_level, stats_mode=stats_mode, widen_by=widen_by,
+               replay=replay, force=force)
+    if as_json:
+        click.echo(json.dumps(res.to_json(), indent=2, default=str))
+    else:
+        render(res, Console(width=160))
+    return res.exit_code
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(hunt_cmd)
