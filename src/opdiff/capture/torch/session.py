@@ -51,6 +51,10 @@ def _regex(p: str | None, what: str) -> re.Pattern | None:
         raise OpdiffError(f"opdiff.capture: bad {what} regex {p!r}: {exc}") from None
 
 
+def _never(step: int) -> bool:
+    return False
+
+
 def _dist_rank() -> tuple[int, int]:
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
@@ -181,6 +185,17 @@ class CaptureSession:
         self._end_step()
         self.state.next_step()
         self._begin_step()
+
+    def attach_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Record `optimizer`'s steps from now on (for a launcher that meets it after the capture began)."""
+        self.optimizer = optimizer
+        self._handles += optim.install(self, optimizer)
+        self.writer.update_meta(optimizer=type(optimizer).__name__)
+
+    def abandon(self) -> None:
+        """Record nothing more, in this step or later ones (a forked child must not write into the parent's dump)."""
+        self.state.pause()
+        self.when = _never
 
     def selected(self, step: int) -> bool:
         """Whether `step` is captured: in `steps` (None: all) and, with `when`, when(step) is true."""

@@ -150,6 +150,10 @@ class CaptureState:
     def next_step(self) -> None:
         self.step_index += 1
 
+    def pause(self) -> None:
+        """Nothing more is recorded in this step (hooks stay; the session decides about later steps)."""
+        self.recording = False
+
     def stop(self) -> None:
         """Nothing more is recorded (hooks and modes are being removed)."""
         self.recording = False
