@@ -7,10 +7,12 @@ reports (which print it). Metric keys use the column names users know from msacc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from .record import Record
 from .vocab import NA
+
+MetricValue = float | int | bool | str | None  # a number, a flag (HashEqual), a message (Err_message), or N/A
+Metrics = dict[str, MetricValue]  # metric column name -> value (docs/metrics.md)
 
 
 @dataclass(slots=True)
@@ -23,7 +25,7 @@ class PairResult:
     match: str
     status: str
     mode: str  # tensor | stats | hash: what the numbers were computed from
-    metrics: dict[str, Any] = field(default_factory=dict)  # e.g. "Cosine", "MaxAbsErr", ... (docs/metrics.md)
+    metrics: Metrics = field(default_factory=dict)  # e.g. "Cosine", "MaxAbsErr", ... (docs/metrics.md)
     result: str = NA  # PASS | WARNING | FAIL | N/A
     bitwise_equal: bool | None = None
     err_message: str = ""
@@ -32,7 +34,12 @@ class PairResult:
     precision: str = ""  # dtype class the verdict used: the lower of both dtypes and of what ran before (docs/compare.md)
 
     @property
-    def name(self) -> str:
+    def record(self) -> Record:
+        """The target record, or golden's for a golden record without counterpart (a pair has at least one)."""
         rec = self.target or self.golden
         assert rec is not None
-        return rec.name
+        return rec
+
+    @property
+    def name(self) -> str:
+        return self.record.name

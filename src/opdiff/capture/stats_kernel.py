@@ -87,7 +87,7 @@ def _chunk_fast(x, bits, table, o, k):
     """
     s1 = 0.0
     s2 = 0.0
-    zeros = 0
+    zeros = np.int64(0)
     kmn = _key(x, bits, 0)
     kmx = kmn
     for i in range(x.size):

@@ -39,7 +39,7 @@ def prepare(pairs: list[PairResult]) -> list[PairResult]:
         return [p if not _is_grad(p) else replace(p, golden=_grad_input(p.golden), target=_grad_input(p.target))
                 for p in pairs]
     return [replace(p, golden=_swap(p.golden, module_nodes), target=_swap(p.target, module_nodes))
-            if (p.target or p.golden).direction == "backward" else p for p in pairs]  # type: ignore[union-attr]
+            if p.record.direction == "backward" else p for p in pairs]
 
 
 def _is_grad(p: PairResult) -> bool:

@@ -38,7 +38,9 @@ class Tensor:
 
     @property
     def rec(self) -> Record:
-        return self.target or self.golden  # type: ignore[return-value]
+        rec = self.target or self.golden
+        assert rec is not None  # made from a pair, which has at least one side
+        return rec
 
     @property
     def role(self) -> str:
@@ -154,7 +156,8 @@ class Graph:
                 break
             node = self.nodes[src.node]
             for i in node.inputs + [src.id]:
-                d = self.tensors[i].target.dtype if self.tensors[i].target is not None else None
+                rec = self.tensors[i].target
+                d = rec.dtype if rec is not None else None
                 if d not in self.islands:
                     u = max(u, unit(d))
             cur = next((self.producer[i] for i in node.inputs if i in self.producer), None)
@@ -220,7 +223,7 @@ class Graph:
         outs = self.nodes[self.root].outputs
         if t.id in outs:
             return True
-        key = _identity_key(t.target) if t.target is not None else None
+        key = _identity_key(t.target)
         return key is not None and any(_identity_key(self.tensors[o].target) == key for o in outs)
 
     def ancestors(self, node: Node) -> list[Node]:
@@ -231,8 +234,10 @@ class Graph:
         return out
 
 
-def _identity_key(r: Record):
+def _identity_key(r: Record | None) -> tuple[object, ...] | None:
     """What recognises the same tensor passed on unchanged (content hash, or shape+statistics)."""
+    if r is None:
+        return None
     if r.hash:
         return (r.dtype, r.shape, r.hash)
     s = r.stats
@@ -324,7 +329,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
         tensors[tid].node = nid
         {"input": n.inputs, "output": n.outputs, "parameter": n.params}.get(t.role, n.outputs).append(tid)
     islands = hold_islands(tensors)
-    order = sorted((x for x in tensors if x.target is not None), key=lambda x: x.target.index)  # type: ignore[union-attr]
+    order = sorted((x for x in tensors if x.target is not None), key=lambda x: x.order)  # order: the target's index
     _nest(nodes)
     root = _root(nodes)
     producer = _producers(order, by_name, tensors)
@@ -357,13 +362,14 @@ def _golden_passthrough(tensors: list[Tensor]) -> set[int]:
     """Input tensors that, in golden, are exactly an earlier output (passed on unchanged)."""
     seen: set[object] = set()
     out: set[int] = set()
-    for t in sorted((x for x in tensors if x.golden is not None), key=lambda x: x.golden.index):  # type: ignore[union-attr]
-        key = _identity_key(t.golden)  # type: ignore[arg-type]
+    goldens = sorted(((x, x.golden) for x in tensors if x.golden is not None), key=lambda xg: xg[1].index)
+    for t, g in goldens:
+        key = _identity_key(g)
         if key is None:
             continue
-        if t.golden.role == "input" and key in seen:  # type: ignore[union-attr]
+        if g.role == "input" and key in seen:
             out.add(t.id)
-        elif t.golden.role in ("output", "parameter"):  # type: ignore[union-attr]
+        elif g.role in ("output", "parameter"):
             seen.add(key)
     return out
 

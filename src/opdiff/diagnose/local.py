@@ -11,8 +11,9 @@ import math
 from dataclasses import dataclass
 from statistics import median
 
+from ..metrics.thresholds import SIGNIFICANT
 from .graph import Graph, Tensor
-from .noise import AMPLIFICATION, SIGNIFICANT, UNIT, Noise
+from .noise import AMPLIFICATION, UNIT, Noise
 
 MAX_FLOOR = 8.0
 PROPAGATION_HOPS = 12  # how far an error is followed to see that it matters downstream  # a fresh op of correct code never shows more than this many units as "noise" floor
@@ -41,10 +42,11 @@ def inherited(graph: Graph, t: Tensor) -> float:
 def abs_jump(graph: Graph, noise: Noise, t: Tensor, op: str, node: int) -> float:
     """The same test on absolute errors (MaxAbsErr): an op like cos or a scaling multiplies relative
     error without adding any of its own; its absolute error stays that of its inputs."""
-    srcs = graph.known_sources(t)
-    if t.abs_err is None or not srcs or any(s.abs_err is None for s in srcs):
+    errs = [s.abs_err for s in graph.known_sources(t)]
+    known = [e for e in errs if e is not None]
+    if t.abs_err is None or not errs or len(known) < len(errs):
         return math.inf
-    inh = max(s.abs_err for s in srcs)  # type: ignore[type-var]
+    inh = max(known)
     if inh == 0:
         return math.inf
     return t.abs_err / (noise.allowance(op, node) * inh)
@@ -65,7 +67,7 @@ def calibrate(graph: Graph) -> Noise:
             run_dtype, run_unit = d, UNIT[d]
     skip = _root_inputs(graph)
     fresh: list[float] = []
-    measured: list[tuple[Tensor, float]] = []
+    measured: list[tuple[Tensor, float, float]] = []  # (output, its error, the error it inherits)
     for t in graph.tensors:
         if t.target is None or t.err is None or not math.isfinite(t.err) or t.unit == 0 or t.id in skip:
             continue
@@ -73,14 +75,14 @@ def calibrate(graph: Graph) -> Noise:
         if inh <= t.unit:
             fresh.append(t.err / t.unit)
         elif t.role == "output" and t.err > 0:
-            measured.append((t, inh))
+            measured.append((t, t.err, inh))
     floor = min(max(median(fresh), 1.0), MAX_FLOOR) if fresh else 1.0
     # an op's amplification is measured where its inputs carry a clear error: on inputs that agree to
     # within noise a large ratio is an error of its own, and calls of one faulty op must not excuse each other
     ratios: dict[str, list[tuple[float, int]]] = {}
-    for t, inh in measured:
+    for t, err, inh in measured:
         if inh > SIGNIFICANT * floor * t.unit:
-            ratios.setdefault(graph.nodes[t.node].op, []).append((t.err / inh, t.node))  # type: ignore[operator]
+            ratios.setdefault(graph.nodes[t.node].op, []).append((err / inh, t.node))
     for rs in ratios.values():
         rs.sort(reverse=True)
     return Noise(floor=floor, amplification=AMPLIFICATION, per_op=ratios, run_unit=run_unit, run_dtype=run_dtype)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..base.pair import PairResult
+from ..base.pair import Metrics, MetricValue, PairResult
 from ..base.record import Record, Stats
 from ..metrics.tensor import tensor_metrics
 from ..metrics.thresholds import ROUNDING_UNIT, SIGNIFICANT
@@ -53,7 +53,7 @@ def absmax(stats: Stats | None) -> float | None:
     return max(abs(stats.max), abs(stats.min))
 
 
-def _num(x) -> float | None:
+def _num(x: MetricValue) -> float | None:
     if x is None or isinstance(x, float):
         return x
     try:
@@ -124,9 +124,9 @@ def pair_error(p: PairResult) -> float | None:
         ng, nt = g.stats, t.stats
         if (ng.nan, ng.posinf, ng.neginf) != (nt.nan, nt.posinf, nt.neginf):
             return math.inf
-    if not is_float(g.dtype) or not is_float(t.dtype):
-        return _discrete_error(p)
     m = p.metrics or {}
+    if not is_float(g.dtype) or not is_float(t.dtype):
+        return _discrete_error(m, g, t)
     rel = _num(m.get("RelativeEuclideanDistance"))
     nmae = _num(m.get("NormalizedMaxAbsErr"))
     if nmae is None:
@@ -141,15 +141,14 @@ def pair_error(p: PairResult) -> float | None:
     return stats_error(g.stats, t.stats)
 
 
-def _discrete_error(p: PairResult) -> float:
+def _discrete_error(m: Metrics, g: Record, t: Record) -> float:
     """Integer/bool tensors: exact or not."""
-    m = p.metrics or {}
     mae = _num(m.get("MaxAbsErr"))
     if mae is not None and math.isfinite(mae):
         return 0.0 if mae == 0 else 1.0
-    se = stats_error(p.golden.stats, p.target.stats)
+    se = stats_error(g.stats, t.stats)
     if se is None:
-        return 0.0 if (p.golden.hash and p.golden.hash == p.target.hash) else 1.0
+        return 0.0 if (g.hash and g.hash == t.hash) else 1.0
     return 0.0 if se == 0 else 1.0
 
 
@@ -183,7 +182,7 @@ class Noise:
             return err == 0
         return err <= SIGNIFICANT * self.floor * unit_
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, float | str]:
         return {
             "floor_units": self.floor,
             "significant_units": SIGNIFICANT,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..base.record import Record, Stats
 from .graph import Graph, Tensor
 from .noise import RANGE, absmax, nonfinite
 
@@ -28,40 +29,47 @@ def _counts(t: Tensor) -> dict[str, int]:
 def first_overflow(graph: Graph) -> Overflow | None:
     """The first target tensor with more inf/nan than golden, computed from finite tensors."""
     for t in sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order):
-        n_t = nonfinite(t.target.stats)  # type: ignore[union-attr]
+        n_t = nonfinite(t.target.stats if t.target is not None else None)
         if n_t == 0:
             continue
-        n_g = nonfinite(t.golden.stats) if t.golden is not None else 0
-        if t.golden is not None and _counts(t) == {"nan": t.golden.stats.nan, "posinf": t.golden.stats.posinf,  # type: ignore[union-attr]
-                                                   "neginf": t.golden.stats.neginf}:  # type: ignore[union-attr]
+        gs = t.golden.stats if t.golden is not None else None
+        n_g = nonfinite(gs)
+        if t.golden is not None and gs is not None and _counts(t) == {"nan": gs.nan, "posinf": gs.posinf,
+                                                                      "neginf": gs.neginf}:
             continue  # golden has exactly the same inf/nan: not the target's doing
-        if any(nonfinite(graph.tensors[s].target.stats) for s in graph.sources(t) if graph.tensors[s].target is not None):  # type: ignore[union-attr]
+        if any(nonfinite(_target_stats(graph.tensors[s])) for s in graph.sources(t)):
             continue  # inherited from a non-finite input: the origin was seen earlier (or is unrecorded)
         node, how = graph.blame(t)
         return Overflow(t.id, node, how, _counts(t), n_g > 0)
     return None
 
 
-def golden_overflows(graph: Graph) -> Tensor | None:
-    """The first tensor where golden itself has inf/nan (and target the same): worth a warning."""
+def _target_stats(t: Tensor) -> Stats | None:
+    return t.target.stats if t.target is not None else None
+
+
+def golden_overflows(graph: Graph) -> Record | None:
+    """The golden record of the first tensor where golden itself has inf/nan: worth a warning."""
     for t in graph.tensors:
         if t.golden is not None and nonfinite(t.golden.stats):
-            return t
+            return t.golden
     return None
 
 
 def fit_warnings(graph: Graph, run_dtype: str, limit: int = 3) -> list[str]:
     """Golden values beyond the range of the target's dtype: overflows waiting to happen."""
     out: list[str] = []
-    for t in sorted((x for x in graph.tensors if x.target is not None and x.golden is not None), key=lambda x: x.order):
-        g_max = absmax(t.golden.stats)  # type: ignore[union-attr]
+    both = sorted(((x, x.golden, x.target) for x in graph.tensors if x.target is not None and x.golden is not None),
+                  key=lambda x: x[0].order)
+    for t, g, tr in both:
+        g_max = absmax(g.stats)
         if g_max is None:
             continue
-        for dtype in dict.fromkeys((t.target.dtype, run_dtype)):  # type: ignore[union-attr]
+        for dtype in dict.fromkeys((tr.dtype, run_dtype)):
             lim = RANGE.get(dtype)
             if lim is not None and lim < 1e30 and g_max > lim:
                 node = graph.nodes[t.node]
-                out.append(f"golden values of {t.golden.name} reach {g_max:.6g}, beyond {dtype}'s range "  # type: ignore[union-attr]
+                out.append(f"golden values of {g.name} reach {g_max:.6g}, beyond {dtype}'s range "
                            f"(±{lim:g}) — an overflow waiting to happen in {node.module or '<root>'} ({node.op})")
                 break
         if len(out) >= limit:

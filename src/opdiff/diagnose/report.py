@@ -110,6 +110,6 @@ def to_json_text(d: Diagnosis) -> str:
     return dumps(d.to_json(), indent=2)
 
 
-def write_json(d: Diagnosis, path: str | os.PathLike) -> None:
+def write_json(d: Diagnosis, path: str | os.PathLike[str]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.write(to_json_text(d) + "\n")

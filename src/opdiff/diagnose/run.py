@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..base.errors import OpdiffError
+from ..base.pair import PairResult
 from ..base.vocab import STATUS_UNMATCHED
 from ..store import Dump, load
 from . import backward
@@ -16,19 +18,23 @@ from .overflow import first_overflow, fit_warnings, golden_overflows
 from .types import ReplayResult
 from .verdict import Diagnosis, decide
 
+if TYPE_CHECKING:
+    from ..compare.run import Comparison
+    from ..match.mapping import Mapping
+
 # meta.json keys whose difference between the runs is worth saying (settings, not bookkeeping)
 SETTINGS = ("framework", "framework_version", "device", "default_dtype", "num_threads", "seed", "level", "mode",
             "world_size")
 
 
-def _as_dump(d: Dump | str | os.PathLike) -> Dump:
+def _as_dump(d: Dump | str | os.PathLike[str]) -> Dump:
     return d if isinstance(d, Dump) else load(d)
 
 
-def _keep(level: str | None):
+def _keep(level: str | None) -> Callable[[PairResult], bool]:
     """Which pairs a --level filter keeps: that level, the root model's records and parameters."""
-    def keep(p) -> bool:
-        rec = p.target or p.golden
+    def keep(p: PairResult) -> bool:
+        rec = p.record
         return level is None or rec.level in (level, "param") or rec.module == "" or rec.role == "parameter"
     return keep
 
@@ -43,7 +49,7 @@ def settings_diff(golden: Dump, target: Dump) -> dict[str, Any]:
     return out
 
 
-def _warnings(golden: Dump, target: Dump, graph: Graph, pairs, run_dtype: str) -> list[str]:
+def _warnings(golden: Dump, target: Dump, graph: Graph, pairs: list[PairResult], run_dtype: str) -> list[str]:
     out: list[str] = []
     for dump, side in ((golden, "golden"), (target, "target")):
         out.extend(f"{side}: {p}" for p in dump.problems[:2])
@@ -60,7 +66,7 @@ def _warnings(golden: Dump, target: Dump, graph: Graph, pairs, run_dtype: str) -
         out.append("no record of the root model call: inputs cannot be checked and the path ends at the last op")
     g = golden_overflows(graph)
     if g is not None:
-        out.append(f"golden itself has inf/nan at {g.golden.name}")  # type: ignore[union-attr]
+        out.append(f"golden itself has inf/nan at {g.name}")
     out.extend(fit_warnings(graph, run_dtype))
     return out
 
@@ -77,7 +83,8 @@ def golden_names(graph: Graph, node_name: str) -> dict[str, str]:
     return out
 
 
-def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike, *, mapping=None, comparison=None,
+def diagnose(golden: Dump | str | os.PathLike[str], target: Dump | str | os.PathLike[str], *,
+             mapping: Mapping | str | os.PathLike[str] | None = None, comparison: Comparison | None = None,
              replay: bool = True, level: str | None = None, direction: str | None = None, workers: int | None = None,
              progress: bool = False, rank: int | None = None, step: int | None = None) -> Diagnosis:
     """Where does the target first go wrong, and what kind of problem is it? (docs/diagnose.md)
@@ -95,12 +102,12 @@ def diagnose(golden: Dump | str | os.PathLike, target: Dump | str | os.PathLike,
                         level=level, direction=direction, workers=workers, progress=progress, rank=rank, step=step)
 
 
-def diagnose_pass(golden: Dump, target: Dump, comparison, *, level: str | None = None, direction: str = "forward",
+def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: str | None = None, direction: str = "forward",
                   replay: bool = False) -> Diagnosis:
     """One pass (`direction`) of one (rank, step) part, from its comparison."""
     pairs = [p for p in comparison.results if _keep(level)(p)]
-    if level is not None and not any((p.target or p.golden).level == level for p in pairs):  # type: ignore[union-attr]
-        have = sorted({(p.target or p.golden).level for p in comparison.results})  # type: ignore[union-attr]
+    if level is not None and not any(p.record.level == level for p in pairs):
+        have = sorted({p.record.level for p in comparison.results})
         raise OpdiffError(f"{target.root}: no {level}-level records (the dumps hold {', '.join(have)}): nothing to diagnose")
     if direction == "backward":
         pairs = backward.prepare(pairs)

@@ -10,14 +10,19 @@ between; at the first captured step they are a checkpoint / loading finding (doc
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base.errors import OpdiffError
 from ..base.vocab import DIRECTIONS  # forward, backward, update: the order passes run in a step
 from ..store import Dump
 from . import update as upd
 from .verdict import Diagnosis
+
+if TYPE_CHECKING:
+    from ..compare.run import Comparison
+    from ..match.mapping import Mapping
 
 COLLECTIVE_PREFIXES = ("torch.distributed.", "c10d.")
 
@@ -31,7 +36,7 @@ class Part:
     direction: str
     golden: Dump
     target: Dump
-    comparison: Any
+    comparison: Comparison
     diag: Diagnosis
     arrived_from: dict[str, Any] | None = None
 
@@ -63,12 +68,13 @@ def _part(dump: Dump, rank: int, step: int) -> Dump:
     return dump if (dump.rank, dump.step) == (rank, step) else dump.with_part(rank, step)
 
 
-def _directions(comparison, direction: str | None) -> list[str]:
-    have = {(p.target or p.golden).direction for p in comparison.results}
+def _directions(comparison: Comparison, direction: str | None) -> list[str]:
+    have = {p.record.direction for p in comparison.results}
     return [d for d in DIRECTIONS if d in have and (direction is None or d == direction)]
 
 
-def diagnose_run(golden: Dump, target: Dump, *, mapping=None, comparison=None, replay: bool = True,
+def diagnose_run(golden: Dump, target: Dump, *, mapping: Mapping | str | os.PathLike[str] | None = None,
+                 comparison: Comparison | None = None, replay: bool = True,
                  level: str | None = None, direction: str | None = None, workers: int | None = None,
                  progress: bool = False, rank: int | None = None, step: int | None = None) -> Diagnosis:
     """The diagnosis of a whole run (see the module docstring)."""
@@ -134,8 +140,8 @@ def _trace_collectives(parts: list[Part]) -> None:
 
 def _differing_input(part: Part, node: str) -> str | None:
     """The first input record of `node` in this part whose golden and target disagree."""
-    from ..metrics.thresholds import unit
-    from .noise import SIGNIFICANT, pair_error
+    from ..metrics.thresholds import SIGNIFICANT, unit
+    from .noise import pair_error
 
     floor = part.diag.noise.get("floor_units", 1.0)
     for pr in part.comparison.results:

@@ -7,8 +7,8 @@ dicts of schema version 1 keeps working; optional fields are left out of the JSO
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterator, KeysView
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, ClassVar
 
 TensorInfo = dict[str, Any]  # one tensor pair as the reports show it (docs/diagnose.md, TensorInfo)
@@ -17,12 +17,13 @@ TensorInfo = dict[str, Any]  # one tensor pair as the reports show it (docs/diag
 class _Keyed:
     """Mapping-style access to a dataclass's JSON form, and the JSON form itself."""
 
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]  # each subclass is a dataclass
     OPTIONAL: ClassVar[frozenset[str]] = frozenset()  # fields written only when set
     DROP_EMPTY: ClassVar[bool] = True  # whether an empty list or dict counts as unset
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):
             v = getattr(self, f.name)
             if f.name in self.OPTIONAL and (v is None or (self.DROP_EMPTY and (v == [] or v == {}))):
                 continue
@@ -44,11 +45,11 @@ class _Keyed:
     def __iter__(self) -> Iterator[str]:
         return iter(self.to_json())
 
-    def keys(self):
+    def keys(self) -> KeysView[str]:
         return self.to_json().keys()
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if key not in {f.name for f in fields(self)}:  # type: ignore[arg-type]
+        if key not in {f.name for f in fields(self)}:
             raise KeyError(f"{type(self).__name__} has no field {key!r}")
         setattr(self, key, value)
 
@@ -105,6 +106,13 @@ class Candidate(_Keyed):
 
 
 @dataclass
+class OpCandidate(Candidate):
+    """A candidate op of a fault or overflow verdict: says every field but `gain`, null or not."""
+
+    OPTIONAL = frozenset({"gain"})
+
+
+@dataclass
 class Evidence(_Keyed):
     """The tensors and settings a verdict rests on; each list left out of the JSON while empty."""
 
@@ -149,4 +157,4 @@ class ReplayResult(_Keyed):
         return cls(**{k: v for k, v in doc.items() if k in known})
 
 
-__all__ = ["Culprit", "Candidate", "Evidence", "ReplayResult", "TensorInfo"]
+__all__ = ["Culprit", "Candidate", "OpCandidate", "Evidence", "ReplayResult", "TensorInfo"]

@@ -22,16 +22,16 @@ def _differing(d: Diagnosis, role: str, direction: str) -> list[str]:
     g = d.graph
     if g is None:
         return []
-    from .noise import SIGNIFICANT
+    from ..metrics.thresholds import SIGNIFICANT
 
     floor = d.noise.get("floor_units", 1.0)
     out = []
     for t in sorted((x for x in g.tensors if x.target is not None), key=lambda x: x.order):
         r = t.target
-        if r.role != role or r.direction != direction or t.err is None:  # type: ignore[union-attr]
+        if r is None or r.role != role or r.direction != direction or t.err is None:
             continue
         if (t.err > SIGNIFICANT * floor * t.unit) if t.unit else t.err > 0:
-            out.append(r.name)  # type: ignore[union-attr]
+            out.append(r.name)
     return out
 
 

@@ -11,7 +11,7 @@ from .graph import Graph, Node, Tensor
 from .local import Event, contributions
 from .noise import DRIFT, Noise
 from .overflow import Overflow
-from .types import Candidate, Culprit, Evidence, ReplayResult
+from .types import Candidate, Culprit, Evidence, OpCandidate, ReplayResult, TensorInfo
 
 SCHEMA_VERSION = 1
 # an event this many times weaker than the strongest is not taken as the culprit just for being earlier
@@ -121,16 +121,16 @@ def _reason(graph: Graph, ev_tensor: Tensor, how: str, node: Node, inherited_uni
         return f"its inputs agree with golden ({inh}) but its output {rec.pos} is off by {err}: the error is its own"
     if how == "parameter":
         return f"its parameter {rec.pos or rec.name} differs from golden by {err}"
-    if how == "inserted":
+    reader = graph.node_of(ev_tensor)
+    if how == "inserted" and reader is not None:
         return (f"an op golden does not have ({node.op} in {node.module or '<root>'}) changed the tensor that "
-                f"{graph.node_of(ev_tensor).name} reads (off by {err}) while its own inputs agree")  # type: ignore[union-attr]
+                f"{reader.name} reads (off by {err}) while its own inputs agree")
     if how == "input-changed":
         parent = graph.nodes[node.parent].module if node.parent is not None else "<root>"
         return (f"its input {rec.pos} is off by {err} although golden hands it the very tensor an earlier op made, "
                 f"which agrees: it is changed on the way in (a hook, a cast in {parent or '<root>'}'s call, a patched call)")
-    if how == "parent":
-        child = graph.node_of(ev_tensor)
-        return (f"everything it computed before agrees ({inh}), but the input of its child {child.name} "  # type: ignore[union-attr]
+    if how == "parent" and reader is not None:
+        return (f"everything it computed before agrees ({inh}), but the input of its child {reader.name} "
                 f"is off by {err}: its own code between its children changed it")
     return f"it reads a tensor no recorded op produced ({rec.pos}, a weight or buffer?) that differs from golden by {err}"
 
@@ -179,7 +179,7 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
         depth = max(i for i in range(len(mc) + 1) if ".".join(mc[:i]) in prefixes)
         key = ".".join(mc[: depth + 1])
         u = units(t)
-        entry = {"module": key, "node": node.name, "op": node.op, "record": t.target.name,  # type: ignore[union-attr]
+        entry = {"module": key, "node": node.name, "op": node.op, "record": t.rec.name,
                  "error_units": _num(u), "cosine": (t.pair.metrics or {}).get("Cosine")}
         if entries and entries[-1]["module"] == key:
             entries[-1] = entry
@@ -197,7 +197,10 @@ def _first_divergence(graph: Graph, noise: Noise) -> Tensor | None:
     return None
 
 
-def _candidates(graph: Graph, events: list[Event]) -> list[tuple[Node, Event, float]]:
+Suspects = list[tuple[Node, Event, float]]  # (op, where its error entered, jump over its threshold)
+
+
+def _candidates(graph: Graph, events: list[Event]) -> Suspects:
     """Blamed nodes with their first event and strongest jump, in order of first event."""
     by_node: dict[int, tuple[Event, float]] = {}
     for ev in events:
@@ -208,7 +211,7 @@ def _candidates(graph: Graph, events: list[Event]) -> list[tuple[Node, Event, fl
     return [(graph.nodes[n], ev, j) for n, (ev, j) in by_node.items()]
 
 
-def _pick(cands: list[tuple[Node, Event, float]]) -> int | None:
+def _pick(cands: Suspects) -> int | None:
     """Index of the culprit: the earliest candidate whose error propagates, not dwarfed by a much stronger one."""
     live = [(i, j) for i, (_, ev, j) in enumerate(cands) if ev.propagates]
     if not live:
@@ -250,7 +253,8 @@ def _inputs_differ(graph: Graph, d: Diagnosis, inputs_differ: list[Tensor]) -> N
                 "augmentation off, same tokenizer; then compare again.")
 
 
-def _overflow(graph: Graph, noise: Noise, d: Diagnosis, overflow: Overflow, cands, pick: int | None) -> None:
+def _overflow(graph: Graph, noise: Noise, d: Diagnosis, overflow: Overflow, cands: Suspects,
+              pick: int | None) -> None:
     node = graph.nodes[overflow.node]
     t = graph.tensors[overflow.tensor]
     main = _main_output(graph, node, t, noise)
@@ -273,7 +277,7 @@ def _overflow(graph: Graph, noise: Noise, d: Diagnosis, overflow: Overflow, cand
         _cand_json(graph, i + 2, n, ev, j, None) for i, (n, ev, j) in enumerate(sorted(cands, key=lambda c: -c[2])[:9])]
 
 
-def _fault(graph: Graph, noise: Noise, d: Diagnosis, cands, pick: int, replayable: bool) -> None:
+def _fault(graph: Graph, noise: Noise, d: Diagnosis, cands: Suspects, pick: int, replayable: bool) -> None:
     node, ev, jump = cands[pick]
     t = graph.tensors[ev.tensor]
     inh_units = max((units(s) or 0.0 for s in graph.known_sources(t)), default=0.0)
@@ -327,8 +331,8 @@ def _drift_or_pass(graph: Graph, noise: Noise, d: Diagnosis) -> None:
 def _golden_only_inside(graph: Graph, node: Node) -> list[str]:
     """Golden calls inside the culprit's module that have no counterpart in the target."""
     prefix = node.module + "." if node.module else ""
-    names = [graph.tensors[i].golden.node for i in graph.golden_only  # type: ignore[union-attr]
-             if graph.tensors[i].golden.module.startswith(prefix) and graph.tensors[i].golden.level != "param"]  # type: ignore[union-attr]
+    goldens = [g for g in (graph.tensors[i].golden for i in graph.golden_only) if g is not None]
+    names = [g.node for g in goldens if g.module.startswith(prefix) and g.level != "param"]
     return list(dict.fromkeys(names))
 
 
@@ -342,7 +346,9 @@ def _output_errors(graph: Graph) -> list[tuple[Tensor, float]]:
 
 
 def _node_evidence(graph: Graph, node: Node, t: Tensor) -> Evidence:
-    pick = lambda ids: [tensor_info(graph, graph.tensors[i]) for i in ids[:8]]
+    def pick(ids: list[int]) -> list[TensorInfo]:
+        return [tensor_info(graph, graph.tensors[i]) for i in ids[:8]]
+
     ev = Evidence(inputs=pick(node.inputs), parameters=pick(node.params), outputs=pick(node.outputs))
     if t.id not in node.inputs + node.outputs + node.params:
         ev.diverging = [tensor_info(graph, t)]
@@ -352,7 +358,7 @@ def _node_evidence(graph: Graph, node: Node, t: Tensor) -> Evidence:
 def _cand_json(graph: Graph, rank: int, node: Node, ev: Event | None, jump: float, reason: str | None) -> Candidate:
     t = graph.tensors[ev.tensor] if ev is not None else None
     main = _main_output(graph, node, t) if t is not None else None
-    c = Candidate(
+    return OpCandidate(
         rank=rank,
         **node_info(graph, node),
         golden=main.golden.name if main is not None and main.golden else None,
@@ -365,5 +371,3 @@ def _cand_json(graph: Graph, rank: int, node: Node, ev: Event | None, jump: floa
         reason=reason or (f"output {ev.err / t.unit:.3g} units vs threshold {ev.threshold / t.unit:.3g} units"
                           if ev is not None and t is not None and t.unit else "differs exactly"),
     )
-    c.OPTIONAL = frozenset({"gain"})  # an op's candidate always says all of these, null or not
-    return c

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..base.pair import Metrics
 from ..base.record import Record
 from . import names as M
 from .names import ERR_MESSAGE
@@ -16,7 +15,7 @@ def hash_equal(g: Record, t: Record) -> bool | None:
     return g.hash == t.hash
 
 
-def hash_metrics(g: Record, t: Record) -> dict[str, Any]:
+def hash_metrics(g: Record, t: Record) -> Metrics:
     """{"HashEqual": bool | None} and the reason when it is None."""
     eq = hash_equal(g, t)
     msg = "" if eq is not None else "hash N/A: a side has no content hash (captured without mode='hash')"

@@ -13,9 +13,12 @@ release the GIL (nogil) and are cached on disk.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, cast
 
 import numba as nb
 import numpy as np
+import numpy.typing as npt
 from numba import types
 from numba.extending import intrinsic, overload
 
@@ -40,11 +43,17 @@ P_GMIN, P_GINV, P_TMIN, P_TINV, P_GSHIFT, P_TSHIFT = 0, 1, 2, 3, 4, 5
 N_PARAM = 6
 BLOCK = 1 << 12  # elements per fused loop: nan/inf found in a block send only that block down the careful path
 
-_OPTS = dict(nogil=True, cache=True, error_model="numpy")
-_FAST = dict(_OPTS, fastmath=True)
+_jit = nb.njit(nogil=True, cache=True, error_model="numpy")
+_jit_fast = nb.njit(nogil=True, cache=True, error_model="numpy", fastmath=True)
+
+Chunk = npt.NDArray[np.float32] | npt.NDArray[np.float64]  # a chunk of one side, in the kernel dtype
+F64 = npt.NDArray[np.float64]  # accumulators, parameters, scratch
+I64 = npt.NDArray[np.int64]  # counters
+# what numba's code generators receive: typing context, IR builder, signature, argument values
+Codegen = Callable[[Any, Any, Any, Any], Any]
 
 
-def new_state() -> tuple[np.ndarray, np.ndarray]:
+def new_state() -> tuple[F64, I64]:
     """Fresh accumulators for one tensor pair."""
     acc = np.zeros(N_ACC, dtype=np.float64)
     cnt = np.zeros(N_CNT, dtype=np.int64)
@@ -54,37 +63,45 @@ def new_state() -> tuple[np.ndarray, np.ndarray]:
 
 
 @intrinsic
-def _as_int(typingctx, x):
+def _as_int_intrinsic(typingctx: Any, x: types.Type) -> tuple[Any, Codegen] | None:
     """The bits of a float as a same-width signed integer (a no-op bitcast: vectorizes)."""
     if not isinstance(x, types.Float):
         return None
     ity = types.int64 if x.bitwidth == 64 else types.int32
 
-    def codegen(context, builder, sig, args):
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
         return builder.bitcast(args[0], context.get_value_type(ity))
 
     return ity(x), codegen
 
 
 @intrinsic
-def _as_float(typingctx, x):
+def _as_float_intrinsic(typingctx: Any, x: types.Type) -> tuple[Any, Codegen] | None:
     """The float64 whose bits are the int64 `x`."""
     if x != types.int64:
         return None
 
-    def codegen(context, builder, sig, args):
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
         return builder.bitcast(args[0], context.get_value_type(types.float64))
 
     return types.float64(x), codegen
 
 
-def _is_nonfinite(x):
+# as the jitted kernels call them (numba passes the typing context itself); callable from jitted code only
+_as_int = cast(Callable[[float], int], _as_int_intrinsic)
+_as_float = cast(Callable[[int], float], _as_float_intrinsic)
+
+
+def _is_nonfinite(x: float) -> int:
     """1 when the float x is nan or inf (all exponent bits set), else 0: integer ops only, so that
-    no fast-math assumption can remove the test."""
+    no fast-math assumption can remove the test. Callable from jitted code only (see the overload)."""
+    raise NotImplementedError("_is_nonfinite is compiled by numba (see _is_nonfinite_impl)")
 
 
+# numba requires the typing function's signature to equal its implementations' (the lambdas below,
+# unannotated), annotations included: this one stays unannotated.
 @overload(_is_nonfinite, inline="always")
-def _is_nonfinite_impl(x):
+def _is_nonfinite_impl(x):  # type: ignore[no-untyped-def]
     if x == types.float32:
         return lambda x: np.int64((_as_int(x) & np.int32(0x7F800000)) == np.int32(0x7F800000))
     return lambda x: np.int64((_as_int(x) & np.int64(0x7FF0000000000000)) == np.int64(0x7FF0000000000000))
@@ -101,7 +118,7 @@ _ONE = 0x3FF0000000000000
 
 
 @nb.njit(inline="always", fastmath=True)
-def _log_ratio_parts(a, b):
+def _log_ratio_parts(a: float, b: float) -> tuple[float, float, float]:
     """log(a / b) for positive normal float64 a, b, without libm (so the loop vectorizes), as
     e ln2 + log(ma/mb): a = 2^ea ma, b = 2^eb mb with ma, mb in [1, 2), one of them doubled so that
     ma/mb lies in [1/sqrt2, sqrt2]. Returns (e, ma - mb, ma + mb): the caller forms
@@ -121,7 +138,7 @@ def _log_ratio_parts(a, b):
 
 
 @nb.njit(inline="always", fastmath=True)
-def _log_ratio_finish(e, s):
+def _log_ratio_finish(e: float, s: float) -> float:
     """e ln2 + 2 atanh(s) for |s| <= 0.1716, by the series 2s (1 + s^2/3 + ... + s^14/15): its
     truncation error is below 4e-14 of the result (docs/metrics.md)."""
     z = s * s
@@ -135,8 +152,8 @@ def _log_ratio_finish(e, s):
     return e * _LN2 + (s * z * q + 2.0 * s)
 
 
-@nb.njit(**_FAST)
-def _block_fast(g, t, p, o):
+@_jit_fast
+def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int, int, int]:
     """Every sum of one block into o (accumulator slots); returns (nan/inf seen, elements that differ,
     KL terms the arithmetic log cannot take, max |t - g| and max r as int64 bits). Assumes nothing:
     the caller discards the block's sums when nan/inf were seen (fastmath makes them meaningless)."""
@@ -144,7 +161,7 @@ def _block_fast(g, t, p, o):
     s_gc = s_tc = s_gc2 = s_tc2 = 0.0
     s_rel = c1 = c5 = s_acc = 0.0
     sa = sb = sl = sd = 0.0
-    ndiff = 0
+    ndiff = np.int64(0)
     bad = 0
     odd = 0
     m_ad = 0
@@ -217,8 +234,8 @@ def _block_fast(g, t, p, o):
     return bad, ndiff, odd, m_ad, m_rel
 
 
-@nb.njit(**_OPTS)
-def _kl_far(g, t, p):
+@_jit
+def _kl_far(g: Chunk, t: Chunk, p: F64) -> float:
     """The KL sum with a real log1p where the series cannot take a term (ratios the arithmetic log cannot take)."""
     sl = 0.0
     for i in range(g.size):
@@ -232,14 +249,14 @@ def _kl_far(g, t, p):
     return sl
 
 
-@nb.njit(**_OPTS)
-def _bits(x):
+@_jit
+def _bits(x: float) -> int:
     """The int64 bit pattern of a float64 (orders like the value for x >= 0)."""
     return _as_int(np.float64(x))
 
 
-@nb.njit(**_OPTS)
-def chunk_fast(g, t, p, acc, cnt, o, base):
+@_jit
+def chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int) -> bool:
     """Fold one block starting at flat index `base`; False (and nothing folded) when it holds nan/inf."""
     n = g.size
     bad, ndiff, odd, m_ad, m_rel = _block_fast(g, t, p, o)
@@ -266,8 +283,8 @@ def chunk_fast(g, t, p, acc, cnt, o, base):
     return True
 
 
-@nb.njit(**_OPTS)
-def fold(g, t, p, acc, cnt, o, base):
+@_jit
+def fold(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int) -> None:
     """Fold a chunk of any length in cache-sized blocks (BLOCK): one fused vectorized loop per
     block, the careful element-by-element path for blocks holding nan/inf. `o` is scratch (N_ACC)."""
     n = g.size
@@ -279,8 +296,8 @@ def fold(g, t, p, acc, cnt, o, base):
             chunk_careful(gs, ts, p, acc, cnt, base + s)
 
 
-@nb.njit(**_OPTS)
-def chunk_careful(g, t, p, acc, cnt, base):
+@_jit
+def chunk_careful(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, base: int) -> None:
     """Fold a chunk holding nan/inf: count them per side, compare the finite pairs one by one."""
     for i in range(g.size):
         gi = np.float64(g[i])
@@ -349,8 +366,8 @@ def chunk_careful(g, t, p, acc, cnt, base):
             acc[A_MAX_REL] = r
 
 
-@nb.njit(**_OPTS)
-def finite_range(x):
+@_jit
+def finite_range(x: Chunk) -> tuple[float, float, float, bool]:
     """(min, max, first finite value, any finite) of a chunk over its finite elements."""
     lo = np.inf
     hi = -np.inf

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..base.pair import Metrics
 from ..base.record import Stats
 from . import names as M
 from .names import ERR_MESSAGE
@@ -19,24 +18,26 @@ def _diff(g: float | None, t: float | None) -> tuple[float | None, float | None]
     return d, (0.0 if d == 0.0 else None)
 
 
-def stats_metrics(g: Stats, t: Stats) -> dict[str, Any]:
+def stats_metrics(g: Stats, t: Stats) -> Metrics:
     """Differences and relative differences of max, min, mean and L2 norm, plus both sides' nan/inf counts.
 
     Statistics are over finite elements (docs/format.md), so nan/inf are compared by their counts.
     """
-    out: dict[str, Any] = {}
+    out: Metrics = {}
     msgs: list[str] = []
+    diffs: list[float] = []  # of max, min and mean, where both sides have them
     for (dk, rk), attr in (((M.MAX_DIFF, M.MAX_REL_DIFF), "max"), ((M.MIN_DIFF, M.MIN_REL_DIFF), "min"),
                            ((M.MEAN_DIFF, M.MEAN_REL_DIFF), "mean"), ((M.NORM_DIFF, M.NORM_REL_DIFF), "norm")):
         d, r = _diff(getattr(g, attr), getattr(t, attr))
         out[dk], out[rk] = d, r
         if d is not None and r is None:
             msgs.append(f"{rk} N/A: golden {attr} is 0")
-    absmax = None if g.max is None else max(abs(g.max), abs(g.min))
-    diffs = [out[k] for k in (M.MAX_DIFF, M.MIN_DIFF, M.MEAN_DIFF)]
-    if absmax and all(d is not None for d in diffs):
+        if d is not None and attr != "norm":
+            diffs.append(d)
+    absmax = None if g.max is None or g.min is None else max(abs(g.max), abs(g.min))
+    if absmax and len(diffs) == 3:
         out[M.NORM_STATS_DIFF] = max(abs(d) for d in diffs) / absmax
-    elif absmax == 0.0 and all(d is not None for d in diffs):
+    elif absmax == 0.0 and len(diffs) == 3:
         out[M.NORM_STATS_DIFF] = 0.0 if not any(diffs) else None
     else:
         out[M.NORM_STATS_DIFF] = None

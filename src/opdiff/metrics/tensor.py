@@ -12,12 +12,12 @@ import math
 import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import xxhash
 
 from ..base.errors import DumpError
+from ..base.pair import Metrics
 from ..store.format import dtype_name, numpy_dtype
 from . import kernel as K
 from . import names as M
@@ -98,7 +98,7 @@ class Workspace:
     def __enter__(self) -> Workspace:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -123,18 +123,21 @@ class _Reader:
         self.kdtype = kdtype
         self.work = ws.buf(side + ".work", kdtype)
         self.mm: mmap.mmap | None = None
-        self.hasher = None
+        self.hasher: xxhash.xxh3_64 | None = None
         self.held: tuple[int, int] | None = None  # page-aligned byte range of the chunk in use
         if src.array is None:
+            if src.path is None:
+                raise ValueError(f"tensor source {src.label!r} has neither an array nor a path")
             self.mm = ws.mapped(src.path)
             if verify and src.hash and src.hash.startswith("xxh3:"):
                 self.hasher = xxhash.xxh3_64()
                 self.hasher.update(f"{src.dtype}{list(src.shape)}".encode())
 
     def read(self, start: int, count: int) -> np.ndarray:
-        if self.mm is None:
+        if self.src.array is not None:
             raw = self.src.array[start:start + count]
         else:
+            assert self.mm is not None  # mapped in __init__: a source without an array has a path
             self.release()
             first = self.src.offset + start * self.np_dtype.itemsize
             end = first + count * self.np_dtype.itemsize
@@ -151,7 +154,7 @@ class _Reader:
             if ahead > 0:  # start reading the next chunk from disk while this one is computed
                 self.mm.madvise(mmap.MADV_WILLNEED, hi, min(ahead, end - first))
             if self.hasher is not None:
-                self.hasher.update(raw.view(np.uint8))
+                self.hasher.update(raw.view(np.uint8).data)
         if raw.dtype == self.kdtype:
             return raw
         out = self.work[:count]
@@ -201,7 +204,7 @@ def pair_metrics(
     golden_range: tuple[float | None, float | None, float] | None = None,
     target_range: tuple[float | None, float | None, float] | None = None,
     verify: bool = True,
-) -> dict[str, Any]:
+) -> Metrics:
     """Every real-data metric of one pair in one streaming pass (plus a min/max pre-pass per side
     when its range is not given: the KL normalization needs it). Raises TensorDataError on bad data."""
     if ws is None:
@@ -231,11 +234,11 @@ def pair_metrics(
         K.fold(g, t, p, acc, cnt, scratch, start)
     rg.finish()
     rt.finish()
-    g_absmax = None if g_lo is None else max(abs(g_lo), abs(g_hi))
+    g_absmax = None if g_lo is None or g_hi is None else max(abs(g_lo), abs(g_hi))
     return finalize(acc, cnt, n, g_absmax, (g_shift, t_shift))
 
 
-def tensor_metrics(golden: np.ndarray, target: np.ndarray, ws: Workspace | None = None) -> dict[str, Any]:
+def tensor_metrics(golden: np.ndarray, target: np.ndarray, ws: Workspace | None = None) -> Metrics:
     """All real-data metrics of two numpy arrays (any dump dtype), float64, one fused chunked pass.
 
     N/A metrics are None with the reason in the "Err_message" entry; never raises on odd data
@@ -244,9 +247,9 @@ def tensor_metrics(golden: np.ndarray, target: np.ndarray, ws: Workspace | None 
     return pair_metrics(TensorSource.of(golden, "golden"), TensorSource.of(target, "target"), ws)
 
 
-def na_metrics(reason: str, numel: int | None = None) -> dict[str, Any]:
+def na_metrics(reason: str, numel: int | None = None) -> Metrics:
     """A metrics dict where nothing could be computed, and why."""
-    out: dict[str, Any] = {k: None for k in M.TENSOR_METRICS}
+    out: Metrics = {k: None for k in M.TENSOR_METRICS}
     out.update({M.GOLDEN_MEAN: None, M.TARGET_MEAN: None, M.GOLDEN_ABS_MAX: None})
     if numel is not None:
         out.update({k: 0 for k in M.COUNT_METRICS})
@@ -261,7 +264,7 @@ def _mean_std(s_c: float, s_c2: float, shift: float, n: int) -> tuple[float, flo
 
 
 def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float | None,
-             shifts: tuple[float, float] = (0.0, 0.0)) -> dict[str, Any]:
+             shifts: tuple[float, float] = (0.0, 0.0)) -> Metrics:
     """Turn the kernel's accumulators into the metrics dict (docs/metrics.md)."""
     a = [float(x) for x in acc]
     c = [int(x) for x in cnt]
@@ -339,10 +342,11 @@ def warm_up() -> None:
     """Compile (or load from numba's cache) the kernels for every array signature compare uses:
     float32/float64, each side writable (an upcast chunk) or read-only (a mapped shard), with and
     without nan (the careful path)."""
-    for dt in (np.float32, np.float64):
+    ramps: tuple[K.Chunk, ...] = (np.arange(5, dtype=np.float32), np.arange(5, dtype=np.float64))
+    for ramp in ramps:
         for g_ro in (False, True):
             for t_ro in (False, True):
-                g = np.arange(5, dtype=dt)
+                g = ramp.copy()
                 t = g.copy()
                 t[1] = np.nan
                 g.setflags(write=not g_ro)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..base.docfile import read_doc
 from ..base.errors import OpdiffError
+from ..base.pair import MetricValue
 from ..store.format import FLOAT_DTYPES
 from . import names as M
 
@@ -55,7 +56,7 @@ class Condition:
     def bound(self, u: float) -> float:
         return self.value * u if self.in_u else self.value
 
-    def holds(self, metrics: dict[str, Any], u: float) -> bool | None:
+    def holds(self, metrics: Mapping[str, MetricValue], u: float) -> bool | None:
         """True/False, or None when the metric is N/A."""
         v = metrics.get(self.metric)
         if v is None or isinstance(v, str):
@@ -66,7 +67,7 @@ class Condition:
         return f"{self.metric} {self.op} {_fmt(self.value)}{'u' if self.in_u else ''}"
 
     @classmethod
-    def parse(cls, metric: str, spec: Any) -> Condition:
+    def parse(cls, metric: str, spec: object) -> Condition:
         """From a bare number (<= or >= by the metric's direction) or a string like "<0.01", ">=0.99", "64u"."""
         default_op = ">=" if metric in M.HIGHER_IS_BETTER else "<="
         if isinstance(spec, bool):
@@ -90,8 +91,8 @@ class Band:
     passing: list[Condition]
     warning: list[Condition] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"pass": [c.text() for c in self.passing]}
+    def to_json(self) -> dict[str, list[str]]:
+        d = {"pass": [c.text() for c in self.passing]}
         if self.warning is not None:
             d["warning"] = [c.text() for c in self.warning]
         return d
@@ -109,7 +110,7 @@ class Thresholds:
         rules = self.tensor if mode == "tensor" else self.stats
         return rules.get(cls) or rules.get(ANY_CLASS)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, str | dict[str, dict[str, list[str]]]]:
         return {
             "name": self.name,
             "tensor": {k: b.to_json() for k, b in self.tensor.items()},
@@ -202,22 +203,21 @@ def preset(name: str) -> Thresholds:
         raise OpdiffError(f"unknown threshold preset {name!r} (choose from {', '.join(PRESETS)})") from None
 
 
-def _parse_band(where: str, spec: Any) -> Band:
+def _parse_band(where: str, spec: object) -> Band:
     if not isinstance(spec, dict) or "pass" not in spec:
         raise ValueError(f"{where}: expected a mapping with 'pass' (and optional 'warning') conditions")
-    bands = []
-    for key in ("pass", "warning"):
-        conds = spec.get(key)
-        if conds is None:
-            bands.append(None)
-            continue
-        if not isinstance(conds, dict):
-            raise ValueError(f"{where}.{key}: expected a mapping of metric: condition")
-        bands.append([Condition.parse(str(m), c) for m, c in conds.items()])
-    return Band(passing=bands[0], warning=bands[1])
+    warning = spec.get("warning")
+    return Band(passing=_parse_conditions(f"{where}.pass", spec["pass"]),
+                warning=None if warning is None else _parse_conditions(f"{where}.warning", warning))
 
 
-def thresholds_from_dict(d: Any, base: str | None = None) -> Thresholds:
+def _parse_conditions(where: str, conds: object) -> list[Condition]:
+    if not isinstance(conds, dict):
+        raise ValueError(f"{where}: expected a mapping of metric: condition")
+    return [Condition.parse(str(m), c) for m, c in conds.items()]
+
+
+def thresholds_from_dict(d: object, base: str | None = None) -> Thresholds:
     """Apply an override document (see load_thresholds) onto its base preset."""
     if not isinstance(d, dict):
         raise ValueError("expected a mapping at the top level")

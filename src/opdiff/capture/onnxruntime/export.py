@@ -104,7 +104,7 @@ def export_pair(model: Any, inputs: dict[str, Any], out: str | os.PathLike, *, o
     root.mkdir(parents=True, exist_ok=True)
     paths = {"model": root / MODEL_FILE, "inputs": root / INPUTS_FILE}
     arrays = export_onnx(model, inputs, paths["model"], opset=opset)
-    np.savez(paths["inputs"], **arrays)
+    np.savez(paths["inputs"], **arrays)  # type: ignore[arg-type]  # numpy's stub checks **kwds against allow_pickle
     if golden:
         from ..torch import capture
 

@@ -61,8 +61,8 @@ def own_weights(layer) -> list:
     return [w for w in layer.weights if id(w) not in inner]
 
 
-def install(s: TfCaptureSession) -> list[tuple[Any, bool]]:
-    """Wrap every layer's `call`; returns (layer, had its own `call` attribute) to undo it."""
+def install(s: TfCaptureSession) -> list[tuple[Any, bool, Any]]:
+    """Wrap every layer's `call`; returns (layer, had its own `call` attribute, original call) to undo it."""
     undo = []
     for path, layer in named_layers(s.model):
         had = "call" in vars(layer)
@@ -73,7 +73,7 @@ def install(s: TfCaptureSession) -> list[tuple[Any, bool]]:
     return undo
 
 
-def uninstall(undo: list) -> None:
+def uninstall(undo: list[tuple[Any, bool, Any]]) -> None:
     for layer, had, original in undo:
         if had:
             layer.call = original

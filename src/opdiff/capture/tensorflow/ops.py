@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,7 @@ class OpCapture:
         self.s = s
         self.raw = Path(s.writer.root) / f".{RAW_DIR}-{uuid.uuid4().hex}"  # never a root TF dumped to before
         self.traced_before = tracing_count(s.model)
-        self.fn = None  # the capture's own tf.function of the model (see TfCaptureSession.__call__)
+        self.fn: Callable[..., Any] | None = None  # the capture's own tf.function of the model (see TfCaptureSession.__call__)
         self.calls = 0
 
     def run(self, *args, **kwargs):

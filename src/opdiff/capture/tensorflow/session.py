@@ -6,7 +6,7 @@ import os
 import re
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
@@ -16,6 +16,9 @@ from ...store.format import node_name, record_name
 from ...store.writer import DumpWriter
 from . import layers as keras_layers
 from .tensors import dtype_name, is_eager, measure
+
+if TYPE_CHECKING:
+    from .ops import OpCapture
 
 LEVELS = ("layer", "op")
 MODES = ("tensor", "stats", "hash")
@@ -59,6 +62,8 @@ def _regex(p: str | None, what: str) -> re.Pattern | None:
 class TfCaptureSession:
     """`with opdiff.tf.capture(model, path) as cap: model(x)`; `cap.step()` between steps (layer level)."""
 
+    writer: DumpWriter  # made on entering the `with` block
+
     def __init__(self, model: Any, path: str | os.PathLike, *, level: str = "layer", mode: str = "tensor",
                  include: str | None = None, exclude: str | None = None, overwrite: bool = False, rank: int = 0,
                  debug_mode: str | None = None, keep_raw: bool = False):
@@ -73,14 +78,14 @@ class TfCaptureSession:
         self.debug_mode = debug_mode or "FULL_TENSOR"
         self.include, self.exclude = _regex(include, "include"), _regex(exclude, "exclude")
         self.include_text, self.exclude_text = include, exclude
-        self.writer: DumpWriter | None = None
+        self._entered = False
         self.recording = False
         self.internal = 0
         self.symbolic_calls = 0
         self.step_index = 0
         self.steps_captured: list[int] = []
-        self._undo: list = []
-        self._ops = None
+        self._undo: list[tuple[Any, bool, Any]] = []
+        self._ops: OpCapture | None = None
         self._reset_step()
 
     def _reset_step(self) -> None:
@@ -115,9 +120,10 @@ class TfCaptureSession:
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> TfCaptureSession:
-        if self.writer is not None:
+        if self._entered:
             raise OpdiffError("opdiff.tf.capture: a capture session can be entered only once")
         self.writer = DumpWriter(self.path, self.meta(), overwrite=self.overwrite)
+        self._entered = True
         try:
             if self.level == "layer":
                 self._undo = keras_layers.install(self)
@@ -163,7 +169,7 @@ class TfCaptureSession:
 
     def step(self) -> None:
         """End the current step and start the next (layer level)."""
-        if self.writer is None:
+        if not self._entered:
             raise OpdiffError("opdiff.tf.capture: step() called outside the `with` block")
         if self.level == "op":
             raise OpdiffError("opdiff.tf.capture: level='op' captures one step per capture (tfdbg dumps one run)")

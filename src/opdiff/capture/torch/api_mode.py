@@ -7,15 +7,14 @@ one record set, not the ops it is made of). Metadata queries and pure allocation
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 
-from .calls import Call, record_inputs, record_outputs, record_tensor, user_source
-
-if TYPE_CHECKING:
-    from .session import CaptureSession
+from .calls import Call, record_outputs, record_tensor
+from .dispatch import CallDispatch, Site
 
 # calls that read metadata, convert to Python, or only allocate: no tensor computation to compare
 SKIP = frozenset(f"torch.Tensor.{n}" for n in (
@@ -51,32 +50,25 @@ def api_name(func) -> str | None:
     return name
 
 
-class ApiMode(TorchFunctionMode):
+class ApiMode(CallDispatch[Callable[..., Any]], TorchFunctionMode):
     """Records each top-level torch API call of the forward, attributed to the innermost module."""
 
-    def __init__(self, session: CaptureSession):
-        super().__init__()
-        self.s = session
+    LEVEL = "api"
+    op_name = staticmethod(api_name)
+    __torch_function__ = CallDispatch.intercept
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+    def site(self, func: Callable[..., Any], op: str, args: tuple[Any, ...]) -> Site | None:
+        if torch._C._current_autograd_node() is not None:
+            return None  # a custom Function's backward (not an API call)
+        return super().site(func, op, args)
+
+    def base_op(self, func: Callable[..., Any], op: str) -> str:
+        return op.rsplit(".", 1)[-1]
+
+    def record_result(self, func: Callable[..., Any], c: Call, args: tuple[Any, ...], kwargs: dict[str, Any],
+                      out: Any) -> None:
         s = self.s
-        if s.internal or not s.recording:
-            return func(*args, **kwargs)
-        op = api_name(func)
-        if op is None or torch._C._current_autograd_node() is not None:
-            return func(*args, **kwargs)  # metadata, or a custom Function's backward (not an API call)
-        direction = "update" if s.phase == "update" else "backward" if s.grads_seen and not s.stack else "forward"
-        module = s.update_module(args) if direction == "update" else s.stack[-1].path if s.stack else ""
-        node, call = s.recorder.node(module, op)
-        if not s.wanted(module, op):
-            return func(*args, **kwargs)
-        c = Call(node, module, op, "api", call, direction,
-                 source=user_source() if s.source else None)
-        record_inputs(s, c, args, kwargs, base_op=op.rsplit(".", 1)[-1])
-        out = func(*args, **kwargs)
-        if op == "torch.Tensor.__setitem__" and args and isinstance(args[0], torch.Tensor):
+        if c.op == "torch.Tensor.__setitem__" and args and isinstance(args[0], torch.Tensor):
             record_tensor(s, c, args[0], "output", "0")  # in place, returns None: the result is the target
         else:
-            record_outputs(s, c, out, grad_hooks=s.backward and torch.is_grad_enabled() and direction == "forward")
-        return out
+            record_outputs(s, c, out, grad_hooks=s.backward and torch.is_grad_enabled() and c.direction == "forward")

@@ -7,16 +7,15 @@ did. Views and metadata-only ops are skipped; in-place ops are kept (docs/captur
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
+from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .calls import Call, record_inputs, record_outputs, user_source
-from .module_hooks import NODE_KEY
-
-if TYPE_CHECKING:
-    from .session import CaptureSession
+from .calls import Call, record_outputs
+from .dispatch import CallDispatch, Site
+from .module_hooks import NODE_KEY, node_metadata
 
 # no computation worth comparing: metadata, identity/aliasing, or memory allocation only
 SKIP_OPS = frozenset({
@@ -45,52 +44,44 @@ def aten_name(func) -> str | None:
     return name
 
 
-class AtenMode(TorchDispatchMode):
+class AtenMode(CallDispatch[OpOverload], TorchDispatchMode):
     """Records each aten op of forward (and, with backward=True, of backward)."""
 
-    def __init__(self, session: CaptureSession):
-        super().__init__()
-        self.s = session
+    LEVEL = "aten"
+    op_name = staticmethod(aten_name)
+    __torch_dispatch__ = CallDispatch.intercept
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        s = self.s
-        if s.internal or not s.recording:
-            return func(*args, **kwargs)
-        op = aten_name(func)
-        if op is None:
-            out = func(*args, **kwargs)
-            if func in _VIEWS and args and isinstance(args[0], torch.Tensor):
-                s.recorder.link_view(out, args[0])  # src of a later op looks through the view
-            return out
-        node = torch._C._current_autograd_node()
-        extra = None
-        if node is None and s.phase == "update":
-            direction = "update"
-            module = s.update_module(args)
-        elif node is None:  # outside any module after the gradients arrived: gradient processing (averaging, clipping)
-            direction = "backward" if s.grads_seen and not s.stack else "forward"
-            module = s.stack[-1].path if s.stack else ""
-        elif not s.backward:
-            return func(*args, **kwargs)
-        else:
-            direction = "backward"
-            grad_fn = node.name()
-            if grad_fn == ACCUMULATE_GRAD:  # a parameter's gradient accumulation: its owner module
-                module = s.param_owner.get(id(getattr(node, "variable", None)), "")
-            else:
-                module = node.metadata.get(NODE_KEY, "")
-            extra = {"grad_fn": grad_fn}
-        node_id, call = s.recorder.node(module, op)
-        if not s.wanted(module, op):
-            return func(*args, **kwargs)
-        c = Call(node_id, module, op, "aten", call, direction,
-                 source=user_source() if s.source and direction == "forward" else None, extra=extra)
-        record_inputs(s, c, args, kwargs, base_op=func._schema.name.removeprefix("aten::"))
+    def run_unnamed(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         out = func(*args, **kwargs)
+        if func in _VIEWS and args and isinstance(args[0], torch.Tensor):
+            self.s.recorder.link_view(out, args[0])  # src of a later op looks through the view
+        return out
+
+    def site(self, func: OpOverload, op: str, args: tuple[Any, ...]) -> Site | None:
+        node = torch._C._current_autograd_node()
+        if node is None:  # the optimizer's update; gradient processing outside any module; the forward
+            return super().site(func, op, args)
+        if not self.s.backward:
+            return None
+        grad_fn = node.name()
+        if grad_fn == ACCUMULATE_GRAD:  # a parameter's gradient accumulation: its owner module
+            module = self.state.param_owner.get(id(getattr(node, "variable", None)), "")
+        else:
+            module = node_metadata(node).get(NODE_KEY, "")
+        return module, "backward", {"grad_fn": grad_fn}
+
+    def base_op(self, func: OpOverload, op: str) -> str:
+        return func._schema.name.removeprefix("aten::")
+
+    def wants_source(self, direction: str) -> bool:
+        return direction == "forward"
+
+    def record_result(self, func: OpOverload, c: Call, args: tuple[Any, ...], kwargs: dict[str, Any],
+                      out: Any) -> None:
+        s = self.s
         if not func._schema.is_mutable:
             record_outputs(s, c, out, grad_hooks=False)
-            return out
+            return
         # In-place and out= ops: autograd bumps the mutated tensors' version counters only after
         # this mode returns, so forget what was recorded for them before recording the outputs, and
         # expect the bump afterwards so that later ops still link to these outputs.
@@ -101,4 +92,3 @@ class AtenMode(TorchDispatchMode):
         record_outputs(s, c, out, grad_hooks=False)
         for t in outs:
             s.recorder.expect_bump(t)
-        return out

@@ -10,6 +10,7 @@ import os
 import sys
 from dataclasses import dataclass
 from functools import partial
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -29,7 +30,7 @@ _SKIP_DIRS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.
 
 def user_source() -> str | None:
     """"file:line" of the innermost caller outside torch and opdiff (the code that made the call)."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
         if not name.startswith(_SKIP_DIRS):
@@ -87,15 +88,12 @@ def record_outputs(s: CaptureSession, c: Call, out: Any, grad_hooks: bool) -> No
     for pos, t in flatten(out):
         record_tensor(s, c, t, "output", pos)
         if grad_hooks and t.requires_grad:
-            t.register_hook(partial(grad_hook, s, s.step_index, c, "output", pos))
+            t.register_hook(partial(grad_hook, s, s.state.step_index, c, "output", pos))
 
 
 def grad_hook(s: CaptureSession, step: int, c: Call, role: str, pos: str, grad: torch.Tensor) -> None:
     """Record the gradient w.r.t. one input/output of a call (direction backward, same node)."""
-    if not s.recording or s.step_index != step or grad is None:
+    if grad is None or not s.state.live(step):
         return
-    s.internal += 1
-    try:
+    with s.state.own_code():
         record_tensor(s, c, grad, role, pos, direction="backward")
-    finally:
-        s.internal -= 1

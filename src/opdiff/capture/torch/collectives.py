@@ -49,9 +49,10 @@ def install(s: CaptureSession) -> Callable[[], None]:
 
 
 def _direction(s: CaptureSession) -> str:
-    if s.phase == "update":
+    st = s.state
+    if st.phase == "update":
         return "update"
-    if torch._C._current_autograd_node() is not None or s.grads_seen:
+    if torch._C._current_autograd_node() is not None or st.grads_seen:
         return "backward"  # gradient synchronisation (after or during backward)
     return "forward"
 
@@ -61,37 +62,26 @@ def _wrap(s: CaptureSession, name: str, fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any):
-        if s.internal or not s.recording:
+        st = s.state
+        if st.internal or not st.recording:
             return fn(*args, **kwargs)
-        module = s.stack[-1].path if s.stack else ""
-        level = "module" if s.level == "module" else s.level
+        module = st.module_path()
         node, call = s.recorder.node(module, op)
         if not s.wanted(module, op):
             return fn(*args, **kwargs)
-        c = Call(node, module, op, level, call, _direction(s), source=user_source() if s.source else None,
+        c = Call(node, module, op, s.level, call, _direction(s), source=user_source() if s.source else None,
                  extra={"collective": name, "world_size": s.world_size})
-        s.internal += 1
-        try:
+        with st.own_code():  # the collective's own aten ops are this record set, not more
             skip = WRITE_ONLY.get(name, ())
             record_inputs(s, c, tuple(None if i in skip else a for i, a in enumerate(args)),
                           {k: v for k, v in kwargs.items() if k != OUT_KEYS[name] or not skip})
-        finally:
-            s.internal -= 1
-        s.internal += 1  # the collective's own aten ops are this record set, not more
-        try:
             work = fn(*args, **kwargs)
-        finally:
-            s.internal -= 1
-        if kwargs.get("async_op"):
-            return work  # its result is ready only after wait(): not recorded
-        out = args[0] if args else kwargs.get(OUT_KEYS[name])
-        s.internal += 1
-        try:
+            if kwargs.get("async_op"):
+                return work  # its result is ready only after wait(): not recorded
+            out = args[0] if args else kwargs.get(OUT_KEYS[name])
             for pos, t in flatten(out):
                 s.recorder.forget(t)
                 record_tensor(s, c, t, "output", pos)
-        finally:
-            s.internal -= 1
         return work
     wrapper.__opdiff_wrapped__ = True  # type: ignore[attr-defined]
     return wrapper

@@ -60,6 +60,7 @@ class RegionStats:
 
             self.graphs[region] = self.graphs.get(region, 0) + 1
             compiled = compile_fx(gm, example_inputs, config_patches=dict(options or {}))
+            assert callable(compiled)  # a GraphModule compiles to a callable (str, list, Weights: AOT modes only)
 
             def run(*args: Any) -> Any:
                 self.calls[region] = self.calls.get(region, 0) + 1

@@ -47,8 +47,8 @@ def fx_keys(program: Any, records: list[Any]) -> dict[str, str]:
     for name, module, op in fx_nodes(program):
         fx_by[(module, op)].append(name)
         parts = module.split(".") if module else []
-        for k in range(len(parts) + 1):  # the last FX node inside each enclosing module
-            last_in[".".join(parts[:k])] = name
+        for depth in range(len(parts) + 1):  # the last FX node inside each enclosing module
+            last_in[".".join(parts[:depth])] = name
     keys: dict[str, str] = {}
     seen: dict[tuple[str, str], int] = defaultdict(int)
     done: set[str] = set()

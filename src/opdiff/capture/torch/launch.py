@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import threading
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -121,14 +122,9 @@ class Launcher:
     def _wrap_backward(self, backward: Any) -> Any:
         def tensor_backward(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             s = self.session
-            if s is not None:
-                s.internal += 1  # our own look at the tensor is not an op of the run
-            try:
+            with s.state.own_code() if s is not None else nullcontext():  # our look at it is not an op of the run
                 if t.numel() == 1:
                     self.last_loss = t
-            finally:
-                if s is not None:
-                    s.internal -= 1
             return backward(t, *args, **kwargs)
         return tensor_backward
 
@@ -156,28 +152,22 @@ class Launcher:
         t = self.last_loss
         if t is None or self.session is None:
             return False
-        self.session.internal += 1
-        try:
+        with self.session.state.own_code():
             value = float(t.detach())
-        finally:
-            self.session.internal -= 1
         return not value <= self.loss_above  # type: ignore[operator]
 
     # -- steps ----------------------------------------------------------------------------
     def _owns(self, optimizer: torch.optim.Optimizer) -> bool:
         s = self.session
-        return s is not None and any(id(p) in s.param_names for g in optimizer.param_groups for p in g["params"])
+        return s is not None and any(id(p) in s.state.param_names for g in optimizer.param_groups for p in g["params"])
 
     def _attach(self, optimizer: torch.optim.Optimizer) -> bool:
         """The first optimizer stepping the model's parameters is the one whose steps count."""
         if self.optimizer is None and self._owns(optimizer):
             s = self.session
-            assert s is not None and s.writer is not None
-            self.optimizer = s.optimizer = optimizer
-            from . import optim
-
-            s._handles += optim.install(s, optimizer)  # runs in this very step: global pre-hooks run first
-            s.writer.update_meta(optimizer=type(optimizer).__name__)
+            assert s is not None
+            self.optimizer = optimizer
+            s.attach_optimizer(optimizer)  # runs in this very step: global pre-hooks run first
         return optimizer is self.optimizer
 
     def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -198,7 +188,7 @@ class Launcher:
         s = self.session
         assert s is not None
         s.step()
-        if s.steps is not None and (not s.steps or s.step_index > max(s.steps)):
+        if s.steps is not None and (not s.steps or s.state.step_index > max(s.steps)):
             self.close(complete=True)  # every selected step is captured: stop here
 
     def _guard(self, fn: Any, *args: Any) -> None:
@@ -236,8 +226,7 @@ class Launcher:
         s, self.session = self.session, None
         self.done = True
         if s is not None:
-            s.recording = False
-            s.when = lambda step: False
+            s.abandon()
 
 
 def install_from_env() -> Launcher | None:

@@ -56,10 +56,10 @@ def install(s: CaptureSession) -> list:
 
 
 def _pre(s: CaptureSession, path: str, op: str, is_root: bool, module, args: tuple, kwargs: dict):
-    if not s.recording:
+    st = s.state
+    if not st.recording:
         return None
-    s.internal += 1
-    try:
+    with st.own_code():
         if is_root:
             s.record_parameters()
         node, call = s.recorder.node(path, op)
@@ -68,35 +68,35 @@ def _pre(s: CaptureSession, path: str, op: str, is_root: bool, module, args: tup
             c = Call(node, path, op, "module", call, source=user_source() if s.source else None)
         want_grads = c is not None and s.backward and torch.is_grad_enabled()
         frame = Frame(module, path, c, _next_sequence_nr() if s.tag_graph or want_grads else 0)
-        s.stack.append(frame)
+        st.enter_module(frame)
         if c is None:
             return None
         record_inputs(s, c, args, kwargs)
         if want_grads:
             frame.grad_inputs = [(pos, t) for pos, t in flatten_call(args, kwargs) if t.requires_grad]
         return None
-    finally:
-        s.internal -= 1
 
 
 def _post(s: CaptureSession, path: str, op: str, is_root: bool, module, args: tuple, kwargs: dict, output: Any):
-    stack = s.stack
-    if not stack or stack[-1].module is not module:
+    st = s.state
+    frame = st.leave_module(module)
+    if frame is None:
         return None
-    frame = stack.pop()
-    if not s.recording or (output is None and sys.exc_info()[1] is not None):
+    if not st.recording or (output is None and sys.exc_info()[1] is not None):
         return None  # not capturing, or the forward raised (this hook runs anyway to keep the stack right)
-    s.internal += 1
-    try:
+    with st.own_code():
         if frame.call is not None:
             record_outputs(s, frame.call, output, grad_hooks=s.backward and torch.is_grad_enabled())
-        if frame.grad_inputs:
+        if frame.grad_inputs and frame.call is not None:
             watch_input_grads(s, frame.call, frame.grad_inputs, output, frame.seq0)
         if s.tag_graph:
             tag_autograd_nodes(output, path, frame.seq0)
         return None
-    finally:
-        s.internal -= 1
+
+
+def node_metadata(fn: Any) -> dict[str, Any]:
+    """An autograd node's metadata dict (torch's typing declares a method; its C++ nodes hold a dict attribute)."""
+    return fn.metadata
 
 
 def tag_autograd_nodes(output: Any, path: str, seq0: int) -> None:
@@ -113,7 +113,7 @@ def tag_autograd_nodes(output: Any, path: str, seq0: int) -> None:
         if seq < seq0 or seq in visited:
             continue  # made before this call (an earlier module's), or already walked
         visited.add(seq)
-        md = fn.metadata
+        md = node_metadata(fn)
         if NODE_KEY not in md:
             md[NODE_KEY] = path
         todo.extend(n for n, _ in fn.next_functions if n is not None)
@@ -135,7 +135,7 @@ def watch_input_grads(s: CaptureSession, c: Call, inputs: list, output: Any, seq
     passed_through = {id(t) for _, t in flatten(output)}
     for pos, t in inputs:
         if id(t) in passed_through:  # returned as is (e.g. Dropout in eval): its gradient is the output's
-            t.register_hook(partial(grad_hook, s, s.step_index, c, "input", pos))
+            t.register_hook(partial(grad_hook, s, s.state.step_index, c, "input", pos))
         elif t.grad_fn is not None:
             targets[(id(t.grad_fn), t.output_nr)] = pos
         else:
@@ -167,14 +167,13 @@ def watch_input_grads(s: CaptureSession, c: Call, inputs: list, output: Any, seq
     for fn, edges in consumers:
         for pos in {pos for _, pos in edges}:
             accs[pos].pending += 1
-        fn.register_hook(partial(_consumer_hook, s, s.step_index, c, edges, accs))
+        fn.register_hook(partial(_consumer_hook, s, s.state.step_index, c, edges, accs))
 
 
 def _consumer_hook(s: CaptureSession, step: int, c: Call, edges: list, accs: dict, grad_inputs, grad_outputs) -> None:
-    if not s.recording or s.step_index != step:
+    if not s.state.live(step):
         return
-    s.internal += 1
-    try:
+    with s.state.own_code():
         for k, pos in edges:
             g = grad_inputs[k]
             if g is not None:
@@ -186,5 +185,3 @@ def _consumer_hook(s: CaptureSession, step: int, c: Call, edges: list, accs: dic
             if acc.pending == 0 and acc.total is not None:
                 total, acc.total = acc.total, None
                 record_tensor(s, c, total, "input", pos, direction="backward")
-    finally:
-        s.internal -= 1

@@ -24,7 +24,9 @@ LEVEL = "param"  # optimizer records are per parameter, like the parameter recor
 
 def install(s: CaptureSession, optimizer: torch.optim.Optimizer) -> list:
     """Hook the optimizer's step; returns the handles to remove."""
-    return [optimizer.register_step_pre_hook(partial(_pre, s)), optimizer.register_step_post_hook(partial(_post, s))]
+    calls: dict[str, Call] = {}  # module path -> its update call, while one step runs
+    return [optimizer.register_step_pre_hook(partial(_pre, s, calls)),
+            optimizer.register_step_post_hook(partial(_post, s, calls))]
 
 
 def hyperparameters(group: dict[str, Any]) -> dict[str, Any]:
@@ -53,47 +55,45 @@ def _calls(s: CaptureSession, optimizer: torch.optim.Optimizer):
     """(module path, local name, parameter, its group) of every parameter the step can update, in order."""
     for group in optimizer.param_groups:
         for p in group["params"]:
-            owner = s.param_names.get(id(p))
+            owner = s.state.param_names.get(id(p))
             if owner is not None:
                 yield owner[0], owner[1], p, group
 
 
-def _pre(s: CaptureSession, optimizer, args, kwargs) -> None:
-    s.phase = "update"
-    s.update_owner = {}
+def _pre(s: CaptureSession, calls: dict[str, Call], optimizer, args, kwargs) -> None:
+    st = s.state
+    owners: dict[int, str] = {}
     for mpath, _, p, _ in _calls(s, optimizer):
-        s.update_owner[id(p)] = mpath
+        owners[id(p)] = mpath
         for _, v in _tensor_states(optimizer, p):
-            s.update_owner[id(v)] = mpath
-    s.update_calls = {}
-    if not s.recording:
+            owners[id(v)] = mpath
+    st.begin_update(owners)
+    calls.clear()
+    if not st.recording:
         return
-    s.internal += 1
-    try:
+    with st.own_code():
         op = type(optimizer).__name__
         for mpath, pname, p, _group in _calls(s, optimizer):
             if p.grad is None or not s.wanted(mpath, op):
                 continue
-            c = s.update_calls.get(mpath)
+            c = calls.get(mpath)
             if c is None:
                 node, call = s.recorder.node(mpath, op)
-                c = s.update_calls[mpath] = Call(node, mpath, op, LEVEL, call, "update")
+                c = calls[mpath] = Call(node, mpath, op, LEVEL, call, "update")
             record_tensor(s, c, p, "input", pname)
             record_tensor(s, c, p.grad, "input", f"{pname}.grad")
             for k, v in _tensor_states(optimizer, p):
                 record_tensor(s, c, v, "input", f"{pname}.{k}")
-    finally:
-        s.internal -= 1
 
 
-def _post(s: CaptureSession, optimizer, args, kwargs) -> None:
+def _post(s: CaptureSession, calls: dict[str, Call], optimizer, args, kwargs) -> None:
+    st = s.state
     try:
-        if not s.recording:
+        if not st.recording:
             return
-        s.internal += 1
-        try:
+        with st.own_code():
             for mpath, pname, p, group in _calls(s, optimizer):
-                c = s.update_calls.get(mpath)
+                c = calls.get(mpath)
                 if c is None or p.grad is None:
                     continue
                 out = Call(c.node, c.module, c.op, c.level, c.call, "update", extra={"hyper": hyperparameters(group)})
@@ -102,9 +102,6 @@ def _post(s: CaptureSession, optimizer, args, kwargs) -> None:
                 for k, v in _tensor_states(optimizer, p):
                     s.recorder.forget(v)
                     record_tensor(s, out, v, "output", f"{pname}.{k}")
-        finally:
-            s.internal -= 1
     finally:
-        s.phase = "forward"
-        s.update_owner = {}
-        s.update_calls = {}
+        st.end_update()
+        calls.clear()

@@ -18,6 +18,7 @@ from . import collectives, module_hooks, optim, ranks
 from .api_mode import ApiMode
 from .aten_mode import AtenMode
 from .recorder import MODES, Recorder
+from .state import CaptureState
 
 LEVELS = ("module", "api", "aten")
 STEPS_ENV = "OPDIFF_STEPS"  # steps to capture when `steps` is not given ("0-3,8"): chosen without editing the script
@@ -50,6 +51,10 @@ def _regex(p: str | None, what: str) -> re.Pattern | None:
         raise OpdiffError(f"opdiff.capture: bad {what} regex {p!r}: {exc}") from None
 
 
+def _never(step: int) -> bool:
+    return False
+
+
 def _dist_rank() -> tuple[int, int]:
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
@@ -59,6 +64,9 @@ def _dist_rank() -> tuple[int, int]:
 
 class CaptureSession:
     """`with opdiff.capture(model, path, ...) as cap:` ... `cap.step()` between training iterations."""
+
+    writer: DumpWriter  # made on entering the `with` block
+    recorder: Recorder
 
     def __init__(self, model: torch.nn.Module, path: str | os.PathLike, *, level: str = "module", mode: str = "tensor",
                  backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
@@ -83,26 +91,12 @@ class CaptureSession:
         dist_rank, self.world_size = _dist_rank()
         self.rank = dist_rank if rank is None else int(rank)
         self.tag_graph = level == "aten" and self.backward
-        # state while capturing
-        self.recording = False  # inside the context and the current step is selected
-        self.internal = 0  # >0 while capture's own code runs (its torch calls are not recorded)
-        self.step_index = 0
-        self.stack: list[module_hooks.Frame] = []
-        self.writer: DumpWriter | None = None
-        self.recorder: Recorder | None = None
+        self.state = CaptureState()  # everything that changes while capturing (state.py)
+        self._entered = False
         self._handles: list = []
-        self._mode = None
+        self._mode: ApiMode | AtenMode | None = None
         self._wanted: dict[tuple[str, str], bool] = {}
-        self._params_done = False
-        self._grad_calls: dict[int, int] = {}
-        self.param_owner: dict[int, str] = {}  # id(parameter) -> path of the module owning it
-        self.param_names: dict[int, tuple[str, str]] = {}  # id(parameter) -> (owner path, local name)
-        self.phase = "forward"  # "update" while the optimizer's step runs
-        self.update_owner: dict[int, str] = {}  # id(parameter or optimizer state) -> owner path, during the step
-        self.update_calls: dict = {}
-        self.grads_seen = False  # a parameter gradient was recorded this step (later collectives sync gradients)
-        self._restore_collectives = None
-        self.steps_captured: list[int] = []
+        self._restore_collectives: Callable[[], None] | None = None
 
     # -- options ------------------------------------------------------------------------------
     def hooks_module(self, path: str) -> bool:
@@ -144,16 +138,16 @@ class CaptureSession:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def __enter__(self) -> CaptureSession:
-        if self.writer is not None:
+        if self._entered:
             raise OpdiffError("opdiff.capture: a capture session can be entered only once")
         self._staging = ranks.staging_path(self.path, self.rank, self.world_size)
         self.writer = DumpWriter(self._staging, self.meta(), overwrite=self.overwrite)
         self.progress = CaptureProgress(self.path)
         self.writer.on_flush = self.progress.tick
         self.recorder = Recorder(self.writer, self.mode, self.rank)
+        self._entered = True
         try:
-            self.param_owner = {id(p): mpath for mpath, _, p in self._named_parameters()}
-            self.param_names = {id(p): (mpath, pname) for mpath, pname, p in self._named_parameters()}
+            self.state.index_parameters(self._named_parameters())
             self._handles = module_hooks.install(self)
             if self.optimizer is not None:
                 self._handles += optim.install(self, self.optimizer)
@@ -172,7 +166,7 @@ class CaptureSession:
             self._end_step()
         finally:
             self._remove()
-            self.writer.update_meta(steps_captured=self.steps_captured, records=self.writer.records_written,
+            self.writer.update_meta(steps_captured=self.state.steps_captured, records=self.writer.records_written,
                                     skipped_tensors=self.recorder.skipped)
             if exc_type is None:
                 self.writer.close(complete=True)
@@ -186,11 +180,22 @@ class CaptureSession:
 
     def step(self) -> None:
         """End the current training step and start the next (call it between iterations)."""
-        if self.writer is None or self.recorder is None:
+        if not self._entered:
             raise OpdiffError("opdiff.capture: step() called outside the `with` block")
         self._end_step()
-        self.step_index += 1
+        self.state.next_step()
         self._begin_step()
+
+    def attach_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Record `optimizer`'s steps from now on (for a launcher that meets it after the capture began)."""
+        self.optimizer = optimizer
+        self._handles += optim.install(self, optimizer)
+        self.writer.update_meta(optimizer=type(optimizer).__name__)
+
+    def abandon(self) -> None:
+        """Record nothing more, in this step or later ones (a forked child must not write into the parent's dump)."""
+        self.state.pause()
+        self.when = _never
 
     def selected(self, step: int) -> bool:
         """Whether `step` is captured: in `steps` (None: all) and, with `when`, when(step) is true."""
@@ -199,34 +204,30 @@ class CaptureSession:
         return self.when is None or bool(self.when(step))
 
     def _begin_step(self) -> None:
-        self.grads_seen = False
-        if not self.selected(self.step_index):
+        st = self.state
+        selected = self.selected(st.step_index)
+        st.begin_step(selected)
+        if not selected:
             return  # not selected: hooks stay in place but return at once; no mode is active
-        self.recorder.start_step(self.step_index)
-        self.stack.clear()
-        self._params_done = False
-        self._grad_calls.clear()
+        self.recorder.start_step(st.step_index)
         if self.level == "api":
             self._mode = ApiMode(self)
         elif self.level == "aten":
             self._mode = AtenMode(self)
         if self._mode is not None:
             self._mode.__enter__()
-        self.recording = True
 
     def _end_step(self) -> None:
-        if not self.recording:
+        st = self.state
+        if not st.end_step(written=self.recorder.step == st.step_index):
             return
-        self.recording = False
         if self._mode is not None:
             mode, self._mode = self._mode, None
             mode.__exit__(None, None, None)
-        if self.recorder.step == self.step_index:
-            self.steps_captured.append(self.step_index)
         self.writer.flush()
 
     def _remove(self) -> None:
-        self.recording = False
+        self.state.stop()
         if self._mode is not None:
             mode, self._mode = self._mode, None
             try:
@@ -239,19 +240,6 @@ class CaptureSession:
         if self._restore_collectives is not None:
             self._restore_collectives()
             self._restore_collectives = None
-        self.stack.clear()
-
-    def update_module(self, args: tuple) -> str:
-        """During the optimizer's step: the module owning the first parameter or state tensor among `args`
-        (the last one seen when none is: a temporary of the same update)."""
-        for a in args:
-            for t in a if isinstance(a, (list, tuple)) else (a,):
-                if isinstance(t, torch.Tensor):
-                    owner = self.update_owner.get(id(t))
-                    if owner is not None:
-                        self._last_update_module = owner
-                        return owner
-        return getattr(self, "_last_update_module", "")
 
     # -- parameters -------------------------------------------------------------------------------
     def _named_parameters(self):
@@ -265,9 +253,8 @@ class CaptureSession:
 
     def record_parameters(self) -> None:
         """Parameters, once per step, before the first forward of the step uses them."""
-        if self._params_done:
+        if not self.state.claim_parameters():
             return
-        self._params_done = True
         rec = self.recorder
         current = None
         for mpath, pname, p in self._named_parameters():
@@ -285,18 +272,13 @@ class CaptureSession:
 
     def _param_grad(self, mpath: str, pname: str, p: torch.Tensor) -> None:
         """A parameter's gradient once accumulated (a second accumulation in one step gets call 1, ...)."""
-        if not self.recording or p.grad is None or not self.wanted(mpath, "parameter"):
+        st = self.state
+        if not st.recording or p.grad is None or not self.wanted(mpath, "parameter"):
             return
-        self.internal += 1
-        self.grads_seen = True
-        try:
-            k = self._grad_calls.get(id(p), 0)
-            self._grad_calls[id(p)] = k + 1
+        with st.own_code():
+            k = st.gradient_call(p)
             self.recorder.record(p.grad, node=node_name(mpath, "parameter", k), module=mpath, op="parameter",
                                  level="param", call=k, direction="backward", role="gradient", pos=pname)
-        finally:
-            self.internal -= 1
-
 
 def capture(model: torch.nn.Module, path: str | os.PathLike, *, level: str = "module", mode: str = "tensor",
             backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
