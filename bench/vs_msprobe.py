@@ -1,10 +1,10 @@
 """Capture overhead of opdiff and of msprobe side by side, in one run, each against its own plain run.
 
     /work/main/.venv/bin/python bench/vs_msprobe.py [--seqs 128,512] [--repeat 3] [--skip-compare]
-        [--msprobe-python /work/main/.venv-msprobe/bin/python]
+        [--msprobe-python /work/main/.venv-msprobe/bin/python] [--device cuda]
 
 GPT-2 12 x 768 (transformers, seeded weights from opdiff's zoo, nothing downloaded), batch 1,
-forward. Every configuration runs in its own child process: it builds the model, runs it plain and
+forward, on the CPU or (--device cuda) a GPU, where each timing ends with torch.cuda.synchronize(). Every configuration runs in its own child process: it builds the model, runs it plain and
 captured (one warm-up of each, then --repeat interleaved pairs, best of each kept), so each ratio
 compares a tool with a plain run of the same process. A captured run includes entering and leaving
 the capture block (opdiff: the whole `with opdiff.capture(...)`, the writer finishing its files;
@@ -103,7 +103,7 @@ def _msprobe_capture(model, inputs, level: str, task: str, out: Path):
     return run
 
 
-def child(tool: str, level: str, mode: str, seq: int, repeat: int, threads: int) -> dict:
+def child(tool: str, level: str, mode: str, seq: int, repeat: int, threads: int, device: str = "cpu") -> dict:
     import torch
 
     if threads:
@@ -111,6 +111,9 @@ def child(tool: str, level: str, mode: str, seq: int, repeat: int, threads: int)
     torch.manual_seed(0)
     model, inputs = _zoo().gpt2(layers=12, width=768, heads=12, seq=seq, batch=1, vocab=50257)
     model.config.use_cache = False
+    model = model.to(device)
+    inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in inputs.items()}
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     out = Path(tempfile.mkdtemp(prefix=f"vs-msprobe-{tool}-"))
     try:
         make = _opdiff_capture if tool == "opdiff" else _msprobe_capture
@@ -126,25 +129,28 @@ def child(tool: str, level: str, mode: str, seq: int, repeat: int, threads: int)
         plains, caps, plains_cpu, caps_cpu = [], [], [], []
         for k in range(1, repeat + 1):
             for fn, wall, cpu in ((plain, plains, plains_cpu), (lambda: captured(k), caps, caps_cpu)):
+                sync()
                 t, c = time.perf_counter(), time.process_time()
                 fn()
+                sync()
                 wall.append(time.perf_counter() - t)
                 cpu.append(time.process_time() - c)
         return {"tool": tool, "level": level, "mode": mode, "seq": seq, "plain_s": min(plains),
                 "capture_s": min(caps), "ratio": min(caps) / min(plains),
                 "cpu_ratio": min(caps_cpu) / min(plains_cpu), "dump_bytes": nbytes,
-                "threads": torch.get_num_threads()}
+                "threads": torch.get_num_threads(), "device": device}
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------- parent
-def spawn(python: str, tool: str, level: str, mode: str, seq: int, repeat: int, threads: int) -> dict | None:
+def spawn(python: str, tool: str, level: str, mode: str, seq: int, repeat: int, threads: int,
+          device: str) -> dict | None:
     env = dict(os.environ)
     if tool == "opdiff":
         env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.run([python, __file__, "--child", tool, level, mode, str(seq), str(repeat),
-                        str(threads)],
+                        str(threads), device],
                        capture_output=True, text=True, env=env)
     if p.returncode != 0:
         print(f"  {tool} {level}/{mode} seq {seq} failed:\n{p.stderr[-2000:]}", flush=True)
@@ -167,30 +173,33 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--only", default=None, help="run only these tools (opdiff or msprobe)")
     ap.add_argument("--report", default=None, help="print the table of an earlier --json file and stop")
+    ap.add_argument("--modes", default="stats,tensor", help="opdiff modes to run (msprobe: statistics, tensor)")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda: model and inputs on the GPU")
     ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.report:
         report(json.loads(Path(a.report).read_text()))
         return
     if a.child:
-        tool, level, mode, seq, repeat, threads = a.child
-        print(json.dumps(child(tool, level, mode, int(seq), int(repeat), int(threads))))
+        tool, level, mode, seq, repeat, threads, device = a.child
+        print(json.dumps(child(tool, level, mode, int(seq), int(repeat), int(threads), device)))
         return
     have_msprobe = Path(a.msprobe_python).exists()
     if not have_msprobe:
         print(f"no msprobe interpreter at {a.msprobe_python}: msprobe columns skipped "
               f"(make one: python3 -m venv DIR && DIR/bin/pip install torch==2.13.0 transformers mindstudio-probe)")
-    print(f"GPT-2 12 x 768, batch 1, forward; {os.cpu_count()} cpus; torch threads "
+    print(f"GPT-2 12 x 768, batch 1, forward, on {a.device}; {os.cpu_count()} cpus; torch threads "
           f"{a.threads or 'default'}; {load()}", flush=True)
     results: list[dict] = []
     for seq in [int(s) for s in a.seqs.split(",")]:
-        runs = [("opdiff", lv, md) for lv, md in OPDIFF_RUNS]
+        modes = a.modes.split(",")
+        runs = [("opdiff", lv, md) for lv, md in OPDIFF_RUNS if md in modes]
         if have_msprobe:
-            runs += [("msprobe", lv, md) for lv, md in MSPROBE_RUNS]
+            runs += [("msprobe", lv, md) for lv, md in MSPROBE_RUNS if md.replace("statistics", "stats") in modes]
         for tool, level, mode in runs:
             if a.only and tool != a.only:
                 continue
-            r = spawn(sys.executable if tool == "opdiff" else a.msprobe_python, tool, level, mode, seq, a.repeat, a.threads)
+            r = spawn(sys.executable if tool == "opdiff" else a.msprobe_python, tool, level, mode, seq, a.repeat, a.threads, a.device)
             if r is not None:
                 r["load"] = os.getloadavg()[0]
                 results.append(r)
@@ -209,7 +218,8 @@ def main() -> None:
 def report(results: list[dict]) -> None:
     """One table: each opdiff configuration next to msprobe's on the same pair, and the targets."""
     by = {(r["tool"], r["level"], r["mode"], r["seq"]): r for r in results}
-    print(f"\n## capture overhead, GPT-2 12 x 768, batch 1, forward ({load()} at the end)\n")
+    devices = ", ".join(sorted({r.get("device", "cpu") for r in results}))
+    print(f"\n## capture overhead, GPT-2 12 x 768, batch 1, forward, on {devices} ({load()} at the end)\n")
     print("| seq | opdiff | ratio (CPU) | target | MB/s written | msprobe | ratio (CPU) | MB/s written | "
           "overhead opdiff / msprobe, wall (CPU) | <= 1/3 |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -156,6 +156,7 @@ class DumpWriter:
         self.records_written = 0
         self.bytes_written = 0
         self.on_flush: Callable[[int, int], None] | None = None  # callback(records, bytes): capture progress
+        self.before_flush: Callable[[], None] | None = None  # completes the queued records (deferred statistics)
 
     # -- writer thread -------------------------------------------------------------------
     def _work(self) -> None:
@@ -232,6 +233,8 @@ class DumpWriter:
 
     def flush(self) -> None:
         """Hand the pending batch to the writer thread."""
+        if self.before_flush is not None:
+            self.before_flush()
         if self._batch and self._part is not None:
             self._submit(self._part.flush, self._batch)
             self._batch, self._batch_bytes = [], 0

@@ -19,7 +19,7 @@ from ...store.names import node_name, record_name
 from ...store.stats import content_hash
 from ...store.writer import DumpWriter
 from .naming import Counters
-from .tensors import dense_flat, dtype_name, hash_of, host_copy, stats_of
+from .tensors import DeferredStats, dense_flat, dtype_name, hash_of, host_copy, stats_of
 
 MODES = ("tensor", "stats", "hash")
 _PRODUCING = ("output", "parameter")  # roles whose record becomes the src of later uses of the tensor
@@ -58,6 +58,8 @@ class Recorder:
         self._seen: dict[int, _Seen] = {}
         self._blocks: dict[tuple, tuple[weakref.ref, int, Stats]] = {}
         self.skipped = 0  # tensors the format cannot hold (complex, sparse, quantized, ...)
+        self._deferred = DeferredStats()  # device tensors' statistics, read back once per written batch
+        writer.before_flush = self._deferred.resolve
 
     # -- step lifecycle -------------------------------------------------------------------
     def start_step(self, step: int) -> None:
@@ -176,7 +178,10 @@ class Recorder:
                 base = e[0]()
                 if base is not None and base.data_ptr() == key[0]:
                     return e[2]
-        stats = stats_of(t, name)
+        if t.device.type in ("cpu", "meta"):
+            stats = stats_of(t, name)
+        else:
+            stats = self._deferred.add(t, name)
         if key is not None and version is not None:
             self._blocks[key] = (weakref.ref(t), version, stats)
         return stats

@@ -9,6 +9,7 @@ in float64 and copy only what must be hashed or stored.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -17,6 +18,7 @@ from ...base.record import Stats
 from ...store.format import FLOAT_DTYPES, numpy_dtype
 from ...store.stats import content_hash
 from ..stats_kernel import array_stats, copy_with_stats
+from . import cuda_stats
 
 DTYPE_NAMES: dict[torch.dtype, str] = {
     torch.float64: "float64",
@@ -114,9 +116,15 @@ def stats_of(t: torch.Tensor, name: str) -> Stats:
 
 def device_stats(t: torch.Tensor, name: str) -> Stats:
     """Statistics computed on the tensor's own device in float64 (one sync), for non-CPU tensors."""
-    n = t.numel()
-    if n == 0:
+    if t.numel() == 0:
         return Stats(numel=0)
+    return stats_from_values(t.numel(), device_stats_values(t, name).tolist())
+
+
+def device_stats_values(t: torch.Tensor, name: str) -> torch.Tensor:
+    """min, max, sum, sum of squares, nan, +inf, -inf, zeros, finite count of a non-empty tensor:
+    nine float64 values left on its device (no sync), read by stats_from_values."""
+    n = t.numel()
     x = t.detach().reshape(-1)
     if name == "bool":
         x = x.to(torch.uint8)
@@ -133,15 +141,91 @@ def device_stats(t: torch.Tensor, name: str) -> Stats:
                               torch.tensor(n, device=x.device)])
         mn, mx = x.min(), x.max()
     s1, s2 = x.sum(), torch.dot(x, x)
-    vals = torch.stack([mn, mx, s1, s2, *counts.to(torch.float64)]).tolist()
+    return torch.stack([mn, mx, s1, s2, *counts.to(torch.float64)])
+
+
+def stats_from_values(n: int, vals: list[float], into: Stats | None = None) -> Stats:
+    """The Stats of a tensor of `n` elements from device_stats_values' nine numbers (filled into `into`)."""
     mn, mx, s1, s2, nan, pinf, ninf, zeros, fin = vals
-    stats = Stats(numel=n, nan=int(nan), posinf=int(pinf), neginf=int(ninf), zeros=int(zeros))
-    fin = int(fin)
-    if fin:
-        mean = s1 / fin
+    stats = into if into is not None else Stats(numel=n)
+    stats.numel, stats.nan, stats.posinf, stats.neginf, stats.zeros = n, int(nan), int(pinf), int(ninf), int(zeros)
+    if int(fin):
+        mean = s1 / int(fin)
         stats.min, stats.max, stats.mean = mn, mx, mean
-        stats.std, stats.norm = math.sqrt(max(s2 / fin - mean * mean, 0.0)), math.sqrt(s2)
+        stats.std, stats.norm = math.sqrt(max(s2 / int(fin) - mean * mean, 0.0)), math.sqrt(s2)
     return stats
+
+
+class DeferredStats:
+    """Statistics of device tensors without a sync per tensor.
+
+    Each tensor's numbers are computed on its device when it is recorded (queued in stream order,
+    so a later in-place change cannot reach them) and left there: on CUDA by two fused Triton
+    kernels into a slot of one buffer per device (cuda_stats), elsewhere by torch ops. `resolve`
+    copies what is pending to the host at once and fills the Stats objects handed out, before the
+    writer serialises their records: one sync per batch of records instead of one per tensor.
+    """
+
+    CAPACITY = 4096  # slots per device buffer; a full buffer is read back early
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[Stats, torch.Tensor]] = []  # torch-op path: nine numbers per tensor
+        self._slots: dict[torch.device, tuple[torch.Tensor, torch.Tensor, list[Stats]]] = {}  # buffer, scratch, owners
+        self._unfused: set[torch.dtype] = set()  # dtypes the fused kernels failed on (torch ops then)
+
+    def add(self, t: torch.Tensor, name: str) -> Stats:
+        """A Stats for `t`, filled by the next resolve()."""
+        stats = Stats(numel=t.numel())
+        if not stats.numel:
+            return stats
+        if cuda_stats.available(t) and t.dtype not in self._unfused:
+            self._add_fused(t, stats)
+        else:
+            self._pending.append((stats, device_stats_values(t, name)))
+        return stats
+
+    def _add_fused(self, t: torch.Tensor, stats: Stats) -> None:
+        t = t.detach()
+        if t.is_neg():
+            t = t.resolve_neg()
+        flat = dense_flat(t)
+        if flat is None:
+            flat = t.contiguous().reshape(-1)
+        entry = self._slots.get(t.device)
+        if entry is None:
+            entry = (torch.empty((self.CAPACITY, cuda_stats.SLOT), dtype=torch.float64, device=t.device),
+                     torch.empty(cuda_stats.MAX_PROGRAMS * cuda_stats.SLOT, dtype=torch.float64, device=t.device), [])
+            self._slots[t.device] = entry
+        buf, scratch, owners = entry
+        if len(owners) == self.CAPACITY:
+            self.resolve()
+        try:
+            cuda_stats.stats_into(t, flat, buf[len(owners)], scratch)
+        except Exception as e:  # a Triton that cannot build the kernels: the torch ops give the same numbers
+            self._unfused.add(t.dtype)
+            warnings.warn(f"opdiff: fused CUDA statistics unavailable for {t.dtype} ({type(e).__name__}: {e}); "
+                          "using torch ops", RuntimeWarning, stacklevel=2)
+            self._pending.append((stats, device_stats_values(t, dtype_name(t) or "")))
+            return
+        owners.append(stats)
+
+    def resolve(self) -> None:
+        """Fill every pending Stats (one device-to-host copy per device and path)."""
+        pending, self._pending = self._pending, []
+        by_device: dict[torch.device, list[tuple[Stats, torch.Tensor]]] = {}
+        for item in pending:
+            by_device.setdefault(item[1].device, []).append(item)
+        for items in by_device.values():
+            rows = torch.stack([v for _, v in items]).cpu().tolist()
+            for (stats, _), vals in zip(items, rows, strict=True):
+                stats_from_values(stats.numel, vals, into=stats)
+        for buf, _, owners in self._slots.values():
+            if owners:
+                rows = buf[:len(owners)].cpu().tolist()
+                for stats, (mn, mx, s1, s2, nan, pinf, ninf, zeros) in zip(owners, rows, strict=True):
+                    fin = stats.numel - nan - pinf - ninf
+                    stats_from_values(stats.numel, [mn, mx, s1, s2, nan, pinf, ninf, zeros, fin], into=stats)
+                owners.clear()
 
 
 def hash_of(t: torch.Tensor, name: str) -> str:
