@@ -37,8 +37,9 @@ from ..match.align import Pair, align
 from ..match.mapping import Mapping, load_mapping
 from ..metrics import names as M
 from ..metrics.hash_mode import hash_equal, hash_metrics
+from ..metrics.names import ERR_MESSAGE
 from ..metrics.stats_mode import stats_metrics
-from ..metrics.tensor import ERR_MESSAGE, TensorDataError, TensorSource, Workspace, pair_metrics
+from ..metrics.tensor import TensorDataError, TensorSource, Workspace, pair_metrics
 from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower_precision, preset
 from ..metrics.verdict import verdict
 from ..store import Dump, load
@@ -207,6 +208,7 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
                            err=f"dtype mismatch in hash mode: golden {g.dtype} vs target {t.dtype} cannot be equal")
         metrics = hash_metrics(g, t)
     elif pmode == "stats":
+        assert g.stats is not None and t.stats is not None  # _pair_mode chose stats: both sides have them
         metrics = stats_metrics(g.stats, t.stats)
     else:
         try:
@@ -214,7 +216,8 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
                                    golden_range=_range(g), target_range=_range(t))
         except (TensorDataError, DumpError) as exc:
             return _result(pair, STATUS_ERROR, pmode, err=f"data unreadable: {exc}")
-    msgs = [metrics.pop(ERR_MESSAGE, "")]
+    err = metrics.pop(ERR_MESSAGE, "")
+    msgs = [err if isinstance(err, str) else ""]
     result, reason = verdict(metrics, g.dtype, t.dtype, pmode, thresholds, floor)
     precision = dtype_class(g.dtype, t.dtype, floor)[0]
     msgs.append(reason)
@@ -233,7 +236,7 @@ def _dump_mode(golden: Dump, target: Dump) -> str:
     return "hash"
 
 
-def _as_dump(d: Dump | str | os.PathLike) -> Dump:
+def _as_dump(d: Dump | str | os.PathLike[str]) -> Dump:
     return d if isinstance(d, Dump) else load(d)
 
 
@@ -327,7 +330,7 @@ def finish(results: list[PairResult | None], golden: Dump, target: Dump) -> list
     return final
 
 
-def resolve_thresholds(thresholds: Thresholds | str | os.PathLike | None) -> Thresholds:
+def resolve_thresholds(thresholds: Thresholds | str | os.PathLike[str] | None) -> Thresholds:
     """A Thresholds from itself, a preset name or a YAML/JSON file path (None: the default preset)."""
     if thresholds is None:
         return preset("default")
@@ -344,10 +347,10 @@ def resolved_mode(golden: Dump, target: Dump, mode: str) -> str:
 
 
 def compare(
-    golden: Dump | str | os.PathLike,
-    target: Dump | str | os.PathLike,
+    golden: Dump | str | os.PathLike[str],
+    target: Dump | str | os.PathLike[str],
     *,
-    mapping: Mapping | str | os.PathLike | None = None,
+    mapping: Mapping | str | os.PathLike[str] | None = None,
     mode: str = "auto",
     thresholds: Thresholds | str | None = None,
     workers: int | None = None,

@@ -9,10 +9,10 @@ dtype ("<=64u"), so one rule reads the same for every precision. See docs/compar
 from __future__ import annotations
 
 import operator
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..base.docfile import read_doc
 from ..base.errors import OpdiffError
@@ -235,7 +235,7 @@ def thresholds_from_dict(d: object, base: str | None = None) -> Thresholds:
     return th
 
 
-def load_thresholds(path: str | Path, base: str | None = None) -> Thresholds:
+def load_thresholds(path: str | os.PathLike[str], base: str | None = None) -> Thresholds:
     """Read a YAML or JSON thresholds file; a bad file is one OpdiffError line naming it."""
     return read_doc(path, "thresholds file", lambda doc: thresholds_from_dict(doc, base))
 
