@@ -14,12 +14,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ..base.errors import DumpError, OpdiffError
-from ..base.pair import PairResult
+from ..base.pair import Metrics, PairResult
 from ..base.record import Record
 from ..base.vocab import (
     FAIL,
@@ -162,10 +161,10 @@ def _range(rec: Record) -> tuple[float | None, float | None, float] | None:
     return s.min, s.max, s.mean if s.mean is not None else 0.0
 
 
-def _result(pair: Pair, status: str, mode: str, metrics: dict[str, Any] | None = None, result: str = NA,
+def _result(pair: Pair, status: str, mode: str, metrics: Metrics | None = None, result: str = NA,
             bitwise: bool | None = None, err: str = "", precision: str = "") -> PairResult:
     return PairResult(index=0, golden=pair.golden, target=pair.target, match=pair.match, status=status, mode=mode,
-                      metrics=metrics or {}, result=result, bitwise_equal=bitwise, err_message=err,
+                      metrics=metrics or Metrics(), result=result, bitwise_equal=bitwise, err_message=err,
                       note=pair.note, golden_group=list(pair.golden_group), precision=precision)
 
 
@@ -216,8 +215,7 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
                                    golden_range=_range(g), target_range=_range(t))
         except (TensorDataError, DumpError) as exc:
             return _result(pair, STATUS_ERROR, pmode, err=f"data unreadable: {exc}")
-    err = metrics.pop(ERR_MESSAGE, "")
-    msgs = [err if isinstance(err, str) else ""]
+    msgs = [metrics.pop(ERR_MESSAGE, "")]
     result, reason = verdict(metrics, g.dtype, t.dtype, pmode, thresholds, floor)
     precision = dtype_class(g.dtype, t.dtype, floor)[0]
     msgs.append(reason)
