@@ -163,7 +163,7 @@ def test_parallel_and_serial_agree_and_chunked_reads_match_memory(tmp_path):
     assert [r.metrics for r in serial.results] == [r.metrics for r in parallel.results]
     for r, g, t in zip(serial.results, big, tgt):
         ref = tensor_metrics(g.array, t.array)
-        ref.pop("Err_message")
+        ref.pop(M.ERR_MESSAGE)
         assert r.metrics == pytest.approx(ref, rel=1e-12)  # mean/std shift differs: stats mean vs first element
     total = 2 * sum(t.array.nbytes for t in big)
     assert calls[-1] == (total, total) and serial.tensor_bytes == total

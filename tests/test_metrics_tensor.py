@@ -151,7 +151,7 @@ def test_nan_and_inf_counted_per_side_and_excluded():
     assert (m[M.GOLDEN_NAN], m[M.GOLDEN_POSINF], m[M.GOLDEN_NEGINF]) == (1, 1, 1)
     assert (m[M.TARGET_NAN], m[M.TARGET_POSINF], m[M.TARGET_NEGINF]) == (2, 2, 0)
     assert m[M.NONFINITE_MISMATCH] == 2  # -inf vs inf at 3, 2.0 vs nan at 4
-    assert m["FirstNonFiniteMismatchIndex"] == 3
+    assert m[M.FIRST_NONFINITE_MISMATCH] == 3
     assert m[M.COMPARED] == 3 and m[M.DIFF_COUNT] == 3
     assert_matches(m, reference(g, t))
     assert "one side only" in m[ERR_MESSAGE]

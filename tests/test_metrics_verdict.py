@@ -191,7 +191,7 @@ def test_stats_metrics_edge_cases():
     zero = Stats(numel=4, min=0.0, max=0.0, mean=0.0, std=0.0, norm=0.0, zeros=4)
     one = Stats(numel=4, min=0.0, max=1.0, mean=0.25, std=0.4, norm=1.0, zeros=3)
     m = stats_metrics(zero, one)
-    assert m[M.MAX_REL_DIFF] is None and "golden max is 0" in m["Err_message"]
+    assert m[M.MAX_REL_DIFF] is None and "golden max is 0" in m[M.ERR_MESSAGE]
     assert verdict(m, "float32", "float32", "stats", DEFAULT)[0] == "FAIL"
     empty = Stats(numel=0)
     assert stats_metrics(empty, empty)[M.NORM_DIFF] is None
@@ -208,3 +208,15 @@ def test_hash_equality():
     assert verdict(hash_metrics(a, c), "float32", "float32", "hash", DEFAULT) == ("FAIL", "content hashes differ")
     c.hash = None
     assert hash_equal(a, c) is None and verdict(hash_metrics(a, c), "float32", "float32", "hash", DEFAULT)[0] == "N/A"
+
+
+def test_metric_fields_and_column_names():
+    from opdiff.base.pair import Metrics
+
+    assert set(M.COLUMN) == set(Metrics.__annotations__)  # every field has its column name
+    assert len(set(M.COLUMN.values())) == len(M.COLUMN)
+    assert Condition("max_rel_err", "<", 0.01) == Condition("MaxRelativeErr", "<", 0.01)
+    assert Condition("max_rel_err", "<", 0.01).key == M.MAX_REL_ERR
+    assert parse_expr("rel_euclid_dist <= 64u") == parse_expr("RelativeEuclideanDistance<=64u")
+    with pytest.raises(OpdiffError, match="unknown metric 'Cosin'"):
+        parse_expr("Cosin >= 0.9")

@@ -12,6 +12,7 @@ import torch
 
 from msprobe_fixtures import run_msprobe_compare, session_dumps
 from opdiff.errors import DumpError
+from opdiff.metrics import names as M
 from opdiff.metrics.tensor import tensor_metrics
 from opdiff.store.readers.msprobe_records import read_part
 from opdiff.store.readers.torch_pt import PtError, read_pt
@@ -129,9 +130,9 @@ def test_ranks_and_steps(dumps):
 
 # -- checked against the peer -------------------------------------------------------------
 
-MSPROBE_TO_OPDIFF = {"Cosine": "Cosine", "EucDist": "EucDist", "MaxAbsErr": "MaxAbsErr", "MaxRelativeErr": "MaxRelativeErr",
-                     "One Thousandth Err Ratio": "One Thousandth Err Ratio",
-                     "Five Thousandths Err Ratio": "Five Thousandth Err Ratio"}
+MSPROBE_TO_OPDIFF = {"Cosine": M.COSINE, "EucDist": M.EUC_DIST, "MaxAbsErr": M.MAX_ABS_ERR, "MaxRelativeErr": M.MAX_REL_ERR,
+                     "One Thousandth Err Ratio": M.ONE_THOUSANDTH,
+                     "Five Thousandths Err Ratio": M.FIVE_THOUSANDTH}
 
 
 def test_metrics_equal_msprobe_compare(dumps, tmp_path):

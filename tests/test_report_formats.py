@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from opdiff.compare import compare
+from opdiff.metrics import names as M
 from opdiff.report import SCHEMA, SCHEMA_VERSION, print_summary, write_csv, write_json, write_xlsx
 from opdiff.report.table import ID_COLUMNS, TAIL_COLUMNS
 from opdiff.testing.synthetic import Tensor, write_dump
@@ -55,7 +56,7 @@ def test_csv_reads_back(cmp, tmp_path):
     assert [r["Result"] for r in rows] == ["PASS", "FAIL", "WARNING", "FAIL", "PASS", "N/A"]
     assert [r["Accuracy Reached or Not"] for r in rows] == ["Yes", "No", "Yes", "No", "Yes", ""]
     assert float(rows[1]["RelativeEuclideanDistance"]) == pytest.approx(0.02, rel=1e-5)
-    assert float(rows[1]["Cosine"]) == cmp.results[1].metrics["Cosine"]  # full precision round trip
+    assert float(rows[1]["Cosine"]) == cmp.results[1].metrics[M.COSINE]  # full precision round trip
     assert rows[3]["TargetNaN"] == "1" and rows[3]["NonFiniteMismatch"] == "1"
     assert (rows[4]["Golden Dtype"], rows[4]["Target Dtype"], rows[4]["Golden Shape"]) == ("float32", "bfloat16", "[4,8]")
     assert (rows[5]["Status"], rows[5]["Match"], rows[5]["Golden Name"], rows[5]["Cosine"]) == \

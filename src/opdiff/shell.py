@@ -88,9 +88,9 @@ def resolve(dump: Dump, ref: str) -> Record:
     return hits[0]
 
 
-def _fmt(x: Any, key: str = "") -> str:
+def _fmt(x: Any, cosine: bool = False) -> str:
     """A value as the shell shows it: cosines with enough digits near 1, the rest via numfmt."""
-    if key == "Cosine":
+    if cosine:
         return numfmt.cosine(x)
     return numfmt.num(x, 6)
 
@@ -323,6 +323,7 @@ class Shell(cmd.Cmd):
             t = p.target
         from .compare import compare_pair
         from .match.align import Pair
+        from .metrics import names as M
 
         res = compare_pair(self.s.golden, target, Pair(golden=g, target=t, match="name" if g.name == t.name else "mapping"))
         self.con.print(f"[bold]{g.name}[/] vs [bold]{t.name}[/]: [bold]{res.result}[/] ({res.mode}, {res.status})")
@@ -330,7 +331,7 @@ class Shell(cmd.Cmd):
         table.add_column("metric")
         table.add_column("value")
         for k, v in res.metrics.items():
-            table.add_row(k, _fmt(v, k))
+            table.add_row(M.column(k), _fmt(v, k == M.COSINE))
         self.con.print(table)
         if res.err_message:
             self.con.print(f"note: {res.err_message}")
@@ -349,12 +350,15 @@ class Shell(cmd.Cmd):
         args = self._args(line)
         n = int(args[0]) if args else 20
         c = self.s.compare()
+        from .metrics import names as M
+
         rows = [r for r in c.results if r.result == "FAIL"][:n]
         table = Table(show_header=True, header_style="bold")
-        for col in ("#", "name", "Cosine", "MaxAbsErr", "RelativeEuclideanDistance"):
+        shown = (M.COSINE, M.MAX_ABS_ERR, M.RED)
+        for col in ("#", "name", *map(M.column, shown)):
             table.add_column(col, overflow="fold")
         for r in rows:
-            table.add_row(str(r.index), r.name, *(_fmt(r.metrics.get(k), k) for k in ("Cosine", "MaxAbsErr", "RelativeEuclideanDistance")))
+            table.add_row(str(r.index), r.name, *(_fmt(r.metrics.get(k), k == M.COSINE) for k in shown))
         self.con.print(table)
 
     def do_diag(self, line: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,7 +13,7 @@ from .errors import OpdiffError
 T = TypeVar("T")
 
 
-def read_doc(path: str | Path, what: str, parse: Callable[[Any], T]) -> T:
+def read_doc(path: str | os.PathLike[str], what: str, parse: Callable[[Any], T]) -> T:
     """Load `path` (.json as JSON, anything else as YAML) and pass the document to `parse`.
 
     Errors (unreadable file, syntax, or a ValueError/OpdiffError from `parse`) become

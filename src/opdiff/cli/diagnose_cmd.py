@@ -111,6 +111,7 @@ def replay_cmd(golden, target, op, golden_op, as_json, rank, step, allow_partial
     activations. Exits 0 when the op was replayed, 1 when it could not be, 2 on bad input.
     """
     from ..diagnose.report import fmt
+    from ..metrics.names import COSINE, column
     from ..replay import replay
 
     g = open_dump(golden, rank, step, allow_partial, "diagnose")
@@ -134,7 +135,7 @@ def replay_cmd(golden, target, op, golden_op, as_json, rank, step, allow_partial
         for key, label in (("replay_vs_golden", "replay vs golden"), ("replay_vs_target", "replay vs target"),
                            ("target_vs_golden", "target vs golden")):
             if o.get(key):
-                parts.append(f"{label}: {fmt(o[key]['error_units'])} units (cos {fmt(o[key]['Cosine'], 9)})")
+                parts.append(f"{label}: {fmt(o[key]['error_units'])} units (cos {fmt(o[key][column(COSINE)], 9)})")
         c.print("  " + " | ".join(parts))
     c.print(f"[bold]conclusion:[/] {res.conclusion}")
     return 0

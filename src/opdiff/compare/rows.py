@@ -19,6 +19,8 @@ from ..base.pair import PairResult
 from ..base.record import Record
 from ..match.align import Pair
 
+ROWS_FORMAT = 2  # 2: metrics keyed by field name (base/pair.py Metrics); 1: by column name
+
 
 def _plain(v: Any) -> Any:
     """numpy scalars as the Python numbers they equal."""

@@ -14,12 +14,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ..base.errors import DumpError, OpdiffError
-from ..base.pair import PairResult
+from ..base.pair import Metrics, PairResult
 from ..base.record import Record
 from ..base.vocab import (
     FAIL,
@@ -37,8 +36,9 @@ from ..match.align import Pair, align
 from ..match.mapping import Mapping, load_mapping
 from ..metrics import names as M
 from ..metrics.hash_mode import hash_equal, hash_metrics
+from ..metrics.names import ERR_MESSAGE
 from ..metrics.stats_mode import stats_metrics
-from ..metrics.tensor import ERR_MESSAGE, TensorDataError, TensorSource, Workspace, pair_metrics
+from ..metrics.tensor import TensorDataError, TensorSource, Workspace, pair_metrics
 from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower_precision, preset
 from ..metrics.verdict import verdict
 from ..store import Dump, load
@@ -161,10 +161,10 @@ def _range(rec: Record) -> tuple[float | None, float | None, float] | None:
     return s.min, s.max, s.mean if s.mean is not None else 0.0
 
 
-def _result(pair: Pair, status: str, mode: str, metrics: dict[str, Any] | None = None, result: str = NA,
+def _result(pair: Pair, status: str, mode: str, metrics: Metrics | None = None, result: str = NA,
             bitwise: bool | None = None, err: str = "", precision: str = "") -> PairResult:
     return PairResult(index=0, golden=pair.golden, target=pair.target, match=pair.match, status=status, mode=mode,
-                      metrics=metrics or {}, result=result, bitwise_equal=bitwise, err_message=err,
+                      metrics=metrics or Metrics(), result=result, bitwise_equal=bitwise, err_message=err,
                       note=pair.note, golden_group=list(pair.golden_group), precision=precision)
 
 
@@ -207,6 +207,7 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
                            err=f"dtype mismatch in hash mode: golden {g.dtype} vs target {t.dtype} cannot be equal")
         metrics = hash_metrics(g, t)
     elif pmode == "stats":
+        assert g.stats is not None and t.stats is not None  # _pair_mode chose stats: both sides have them
         metrics = stats_metrics(g.stats, t.stats)
     else:
         try:
@@ -233,7 +234,7 @@ def _dump_mode(golden: Dump, target: Dump) -> str:
     return "hash"
 
 
-def _as_dump(d: Dump | str | os.PathLike) -> Dump:
+def _as_dump(d: Dump | str | os.PathLike[str]) -> Dump:
     return d if isinstance(d, Dump) else load(d)
 
 
@@ -327,7 +328,7 @@ def finish(results: list[PairResult | None], golden: Dump, target: Dump) -> list
     return final
 
 
-def resolve_thresholds(thresholds: Thresholds | str | os.PathLike | None) -> Thresholds:
+def resolve_thresholds(thresholds: Thresholds | str | os.PathLike[str] | None) -> Thresholds:
     """A Thresholds from itself, a preset name or a YAML/JSON file path (None: the default preset)."""
     if thresholds is None:
         return preset("default")
@@ -344,10 +345,10 @@ def resolved_mode(golden: Dump, target: Dump, mode: str) -> str:
 
 
 def compare(
-    golden: Dump | str | os.PathLike,
-    target: Dump | str | os.PathLike,
+    golden: Dump | str | os.PathLike[str],
+    target: Dump | str | os.PathLike[str],
     *,
-    mapping: Mapping | str | os.PathLike | None = None,
+    mapping: Mapping | str | os.PathLike[str] | None = None,
     mode: str = "auto",
     thresholds: Thresholds | str | None = None,
     workers: int | None = None,

@@ -25,7 +25,7 @@ from ..match.mapping import Mapping
 from ..metrics.tensor import Workspace
 from ..metrics.thresholds import Thresholds
 from ..store import Dump, list_parts, load
-from .rows import layout, result_row
+from .rows import ROWS_FORMAT, layout, result_row
 from .run import PairPlan, _nbytes, compare_pair, compare_subset, plan_pairs, resolved_mode
 
 CHEAP_PAIR_BYTES = 4096  # what a pair compared without tensor data counts for when shards are cut
@@ -50,7 +50,8 @@ class Spec:
         """A digest of the inputs: task results are reused only by a run with the same key."""
         text = json.dumps([os.path.abspath(self.golden), os.path.abspath(self.target), self.mode,
                            self.thresholds.to_json(), self.mapping.source if self.mapping else None,
-                           repr(self.mapping), self.shard_bytes, self.allow_partial], sort_keys=True, default=str)
+                           repr(self.mapping), self.shard_bytes, self.allow_partial, ROWS_FORMAT], sort_keys=True,
+                          default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -17,6 +17,7 @@ from ..base.errors import DumpError
 from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.vocab import MATCH_SEQUENCE
+from ..metrics import names as M
 from ..metrics.thresholds import unit
 from ..store import Dump
 from .noise import has_fill, masked_error, pair_error
@@ -264,7 +265,7 @@ def _error(p: PairResult, golden: Dump | None, target: Dump | None) -> float | N
 
 
 def _abs_error(p: PairResult) -> float | None:
-    v = (p.metrics or {}).get("MaxAbsErr")
+    v = p.metrics.get(M.MAX_ABS_ERR)
     try:
         return float(v) if v is not None and math.isfinite(float(v)) else None
     except (TypeError, ValueError):

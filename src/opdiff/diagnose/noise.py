@@ -15,6 +15,7 @@ import numpy as np
 
 from ..base.pair import Metrics, MetricValue, PairResult
 from ..base.record import Record, Stats
+from ..metrics import names as M
 from ..metrics.tensor import tensor_metrics
 from ..metrics.thresholds import ROUNDING_UNIT, SIGNIFICANT
 from ..store.format import FLOAT_DTYPES
@@ -105,7 +106,7 @@ def masked_error(g: np.ndarray, t: np.ndarray, g_dtype: str, t_dtype: str) -> fl
     if not keep.any():
         return 0.0
     m = tensor_metrics(g[keep], t[keep])
-    terms = [x for x in (_num(m.get("RelativeEuclideanDistance")), _num(m.get("NormalizedMaxAbsErr")))
+    terms = [x for x in (_num(m.get(M.RED)), _num(m.get(M.NORM_MAX_ABS_ERR)))
              if x is not None and math.isfinite(x)]
     return max(terms) if terms else 0.0
 
@@ -127,10 +128,10 @@ def pair_error(p: PairResult) -> float | None:
     m = p.metrics or {}
     if not is_float(g.dtype) or not is_float(t.dtype):
         return _discrete_error(m, g, t)
-    rel = _num(m.get("RelativeEuclideanDistance"))
-    nmae = _num(m.get("NormalizedMaxAbsErr"))
+    rel = _num(m.get(M.RED))
+    nmae = _num(m.get(M.NORM_MAX_ABS_ERR))
     if nmae is None:
-        mae, scale = _num(m.get("MaxAbsErr")), absmax(g.stats)
+        mae, scale = _num(m.get(M.MAX_ABS_ERR)), absmax(g.stats)
         nmae = mae / scale if mae is not None and scale else None
     terms = [x for x in (rel, nmae) if x is not None and math.isfinite(x)]
     if terms:
@@ -143,7 +144,7 @@ def pair_error(p: PairResult) -> float | None:
 
 def _discrete_error(m: Metrics, g: Record, t: Record) -> float:
     """Integer/bool tensors: exact or not."""
-    mae = _num(m.get("MaxAbsErr"))
+    mae = _num(m.get(M.MAX_ABS_ERR))
     if mae is not None and math.isfinite(mae):
         return 0.0 if mae == 0 else 1.0
     se = stats_error(g.stats, t.stats)

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..metrics import names as M
 from .graph import Graph, Node, Tensor
 from .local import Event, contributions
 from .noise import DRIFT, Noise
@@ -77,7 +78,7 @@ def tensor_info(graph: Graph, t: Tensor) -> dict[str, Any]:
     """What the reports say about one tensor pair."""
     rec = t.rec
     node = graph.node_of(t)
-    m = t.pair.metrics or {}
+    m = t.pair.metrics
     return {
         "target": t.target.name if t.target is not None else None,
         "golden": t.golden.name if t.golden is not None else None,
@@ -89,8 +90,8 @@ def tensor_info(graph: Graph, t: Tensor) -> dict[str, Any]:
         "shape": list(rec.shape),
         "error": _num(t.err),
         "error_units": _num(units(t)),
-        "cosine": m.get("Cosine"),
-        "max_abs_err": m.get("MaxAbsErr"),
+        "cosine": m.get(M.COSINE),
+        "max_abs_err": m.get(M.MAX_ABS_ERR),
         "result": t.pair.result,
         "match": t.pair.match,
     }
@@ -170,7 +171,7 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
         "module": culprit.module, "node": culprit.name, "op": culprit.op,
         "record": own.target.name if own is not None and own.target else None,
         "error_units": _num(units(own)) if own is not None else None,
-        "cosine": (own.pair.metrics or {}).get("Cosine") if own is not None else None}]
+        "cosine": own.pair.metrics.get(M.COSINE) if own is not None else None}]
     for t in sorted((x for x in graph.tensors if x.target is not None and x.role == "output"), key=lambda x: x.order):
         if t.order < start_order or t.err is None or noise.agrees(t.err, t.unit):
             continue
@@ -180,7 +181,7 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
         key = ".".join(mc[: depth + 1])
         u = units(t)
         entry = {"module": key, "node": node.name, "op": node.op, "record": t.rec.name,
-                 "error_units": _num(u), "cosine": (t.pair.metrics or {}).get("Cosine")}
+                 "error_units": _num(u), "cosine": t.pair.metrics.get(M.COSINE)}
         if entries and entries[-1]["module"] == key:
             entries[-1] = entry
         else:

@@ -38,6 +38,9 @@ from ..store import Dump
 from .lcs import lcs, longest_increasing
 from .mapping import Mapping
 
+_Key = tuple[object, ...]  # a record's alignment key at one level (direction, module, op, ...)
+_Keys = list[list[int]]  # per level: each record's key as a small integer
+
 ONLY_GOLDEN_GRAPH = "only in the golden graph: removed or rewritten by graph optimization"
 ONLY_TARGET_GRAPH = "only in the target graph: made by graph optimization"
 
@@ -101,9 +104,9 @@ class _Aligner:
         return self.keyed and GRAPH_VALUE in r.extra
 
     # 1. exact names from the mapping file
-    def mapped_names(self) -> None:
+    def mapped_names(self, mapping: Mapping) -> None:
         t_name = {r.name: i for i, r in enumerate(self.T)}
-        for tn, gn in self.map.names.items():
+        for tn, gn in mapping.names.items():
             if tn in self.t_node and gn in self.g_node:
                 self.pair_nodes(self.g_node[gn], self.t_node[tn], MATCH_MAPPING, f"mapping: {tn} -> {gn}")
             elif tn in t_name and gn in self.g_name:
@@ -184,7 +187,7 @@ class _Aligner:
             (lambda r, mod: (r.direction, mod, r.role, r.pos, r.shape)),  # op renamed
             (lambda r, mod: (r.direction, mod, r.op, r.role, r.pos)),  # same op, other shape: a shape mismatch
         )
-        ids: dict[tuple, int] = {}
+        ids: dict[_Key, int] = {}
         keys_g = [[ids.setdefault(f(r, r.module), len(ids)) for r in self.G] for f in keyfns]
         keys_t = [[ids.setdefault(f(r, t_module[i]), len(ids)) for i, r in enumerate(self.T)] for f in keyfns]
         bounds = [(-1, -1)] + anchors + [(len(self.G), len(self.T))]
@@ -193,7 +196,7 @@ class _Aligner:
             tl = free_t[bisect_right(free_t, t0):bisect_left(free_t, t1)]
             self._gap(gl, tl, keys_g, keys_t, 0)
 
-    def _gap(self, gl: list[int], tl: list[int], keys_g, keys_t, level: int) -> None:
+    def _gap(self, gl: list[int], tl: list[int], keys_g: _Keys, keys_t: _Keys, level: int) -> None:
         if not gl or not tl or level >= len(keys_g):
             return
         kg, kt = keys_g[level], keys_t[level]
@@ -251,7 +254,7 @@ def align_records(golden: list[Record], target: list[Record], mapping: Mapping |
     a = _Aligner(golden, target, mapping)
     a.graph_values()
     if mapping is not None:
-        a.mapped_names()
+        a.mapped_names(mapping)
     a.fusions()
     a.names()
     a.sequence()

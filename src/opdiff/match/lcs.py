@@ -11,12 +11,14 @@ from collections import Counter
 
 import numba as nb
 import numpy as np
+import numpy.typing as npt
 
 MAX_D = 2000  # edit budget of one Myers call: trace memory is (D+1)^2 int32 (16 MB at 2000)
 
 
 @nb.njit(nogil=True, cache=True)
-def _myers(a, b, max_d):
+def _myers(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64],
+           max_d: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bool]:
     """Matched (i, j) index pairs of an LCS of a and b, or found=False when more than max_d edits."""
     n = a.size
     m = b.size

@@ -13,9 +13,9 @@ See docs/compare.md ("Mapping file").
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..base.docfile import read_doc
@@ -25,7 +25,7 @@ from ..base.docfile import read_doc
 class Rename:
     """re.sub(pattern, golden, target_name): a target name rewritten into a golden one."""
 
-    pattern: re.Pattern
+    pattern: re.Pattern[str]
     golden: str
 
     def apply(self, name: str) -> str:
@@ -36,7 +36,7 @@ class Rename:
 class Fusion:
     """Target nodes fully matching `target` stand for the golden nodes `golden` (templates with \\1...)."""
 
-    target: re.Pattern
+    target: re.Pattern[str]
     golden: tuple[str, ...]
 
     def expand(self, target_node: str) -> list[str] | None:
@@ -67,7 +67,7 @@ class Mapping:
         return None
 
 
-def _compile(where: str, pattern: Any) -> re.Pattern:
+def _compile(where: str, pattern: Any) -> re.Pattern[str]:
     if not isinstance(pattern, str) or not pattern:
         raise ValueError(f"{where}: expected a non-empty regex string")
     try:
@@ -76,7 +76,7 @@ def _compile(where: str, pattern: Any) -> re.Pattern:
         raise ValueError(f"{where}: bad regex {pattern!r} ({exc})") from None
 
 
-def _probe(pattern: re.Pattern) -> re.Pattern:
+def _probe(pattern: re.Pattern[str]) -> re.Pattern[str]:
     """A regex with the same groups as `pattern` that matches "": expands a replacement to validate it."""
     names = {i: n for n, i in pattern.groupindex.items()}
     return re.compile("".join(f"(?P<{names[i]}>)" if i in names else "()" for i in range(1, pattern.groups + 1)))
@@ -114,6 +114,6 @@ def mapping_from_dict(doc: Any, source: str = "") -> Mapping:
     return Mapping(names=dict(names), renames=renames, fusions=fusions, source=source)
 
 
-def load_mapping(path: str | Path) -> Mapping:
+def load_mapping(path: str | os.PathLike[str]) -> Mapping:
     """Read a YAML (.yaml/.yml) or JSON mapping file; any problem is one OpdiffError line naming the file."""
     return read_doc(path, "mapping file", lambda doc: mapping_from_dict(doc, str(path)))

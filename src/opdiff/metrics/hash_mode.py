@@ -16,7 +16,7 @@ def hash_equal(g: Record, t: Record) -> bool | None:
 
 
 def hash_metrics(g: Record, t: Record) -> Metrics:
-    """{"HashEqual": bool | None} and the reason when it is None."""
+    """hash_equal (bool | None) and the reason when it is None."""
     eq = hash_equal(g, t)
     msg = "" if eq is not None else "hash N/A: a side has no content hash (captured without mode='hash')"
     return {M.HASH_EQUAL: eq, ERR_MESSAGE: msg}

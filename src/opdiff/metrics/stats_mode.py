@@ -26,12 +26,12 @@ def stats_metrics(g: Stats, t: Stats) -> Metrics:
     out: Metrics = {}
     msgs: list[str] = []
     diffs: list[float] = []  # of max, min and mean, where both sides have them
-    for (dk, rk), attr in (((M.MAX_DIFF, M.MAX_REL_DIFF), "max"), ((M.MIN_DIFF, M.MIN_REL_DIFF), "min"),
-                           ((M.MEAN_DIFF, M.MEAN_REL_DIFF), "mean"), ((M.NORM_DIFF, M.NORM_REL_DIFF), "norm")):
-        d, r = _diff(getattr(g, attr), getattr(t, attr))
-        out[dk], out[rk] = d, r
+    found = {attr: _diff(getattr(g, attr), getattr(t, attr)) for attr in ("max", "min", "mean", "norm")}
+    (out[M.MAX_DIFF], out[M.MAX_REL_DIFF]), (out[M.MIN_DIFF], out[M.MIN_REL_DIFF]) = found["max"], found["min"]
+    (out[M.MEAN_DIFF], out[M.MEAN_REL_DIFF]), (out[M.NORM_DIFF], out[M.NORM_REL_DIFF]) = found["mean"], found["norm"]
+    for (attr, (d, r)), rk in zip(found.items(), (M.MAX_REL_DIFF, M.MIN_REL_DIFF, M.MEAN_REL_DIFF, M.NORM_REL_DIFF)):
         if d is not None and r is None:
-            msgs.append(f"{rk} N/A: golden {attr} is 0")
+            msgs.append(f"{M.COLUMN[rk]} N/A: golden {attr} is 0")
         if d is not None and attr != "norm":
             diffs.append(d)
     absmax = None if g.max is None or g.min is None else max(abs(g.max), abs(g.min))

@@ -241,7 +241,7 @@ def pair_metrics(
 def tensor_metrics(golden: np.ndarray, target: np.ndarray, ws: Workspace | None = None) -> Metrics:
     """All real-data metrics of two numpy arrays (any dump dtype), float64, one fused chunked pass.
 
-    N/A metrics are None with the reason in the "Err_message" entry; never raises on odd data
+    N/A metrics are None with the reason in the `err_message` field; never raises on odd data
     (empty, scalar, all-zero, nan/inf, shape mismatch).
     """
     return pair_metrics(TensorSource.of(golden, "golden"), TensorSource.of(target, "target"), ws)
@@ -249,11 +249,17 @@ def tensor_metrics(golden: np.ndarray, target: np.ndarray, ws: Workspace | None 
 
 def na_metrics(reason: str, numel: int | None = None) -> Metrics:
     """A metrics dict where nothing could be computed, and why."""
-    out: Metrics = {k: None for k in M.TENSOR_METRICS}
-    out.update({M.GOLDEN_MEAN: None, M.TARGET_MEAN: None, M.GOLDEN_ABS_MAX: None})
+    out: Metrics = {
+        M.COSINE: None, M.MAX_ABS_ERR: None, M.MAX_REL_ERR: None, M.MEAN_ABS_ERR: None, M.MEAN_REL_ERR: None,
+        M.RMSE: None, M.ACC_REL_ERR: None, M.RED: None, M.EUC_DIST: None, M.KL_DIV: None,
+        M.GOLDEN_STD: None, M.TARGET_STD: None, M.ONE_THOUSANDTH: None, M.FIVE_THOUSANDTH: None,
+        M.NORM_MAX_ABS_ERR: None, M.GOLDEN_MEAN: None, M.TARGET_MEAN: None, M.GOLDEN_ABS_MAX: None,
+    }
     if numel is not None:
-        out.update({k: 0 for k in M.COUNT_METRICS})
-        out[M.NUMEL] = numel
+        out.update({
+            M.NUMEL: numel, M.COMPARED: 0, M.DIFF_COUNT: 0, M.GOLDEN_NAN: 0, M.GOLDEN_POSINF: 0,
+            M.GOLDEN_NEGINF: 0, M.TARGET_NAN: 0, M.TARGET_POSINF: 0, M.TARGET_NEGINF: 0, M.NONFINITE_MISMATCH: 0,
+        })
     out[ERR_MESSAGE] = reason
     return out
 
@@ -295,7 +301,7 @@ def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float 
         cosine = 1.0
     elif ng == 0.0 or nt == 0.0:
         cosine = None
-        msgs.append(f"Cosine N/A: {'golden' if ng == 0.0 else 'target'} is all zero")
+        msgs.append(f"{M.COLUMN[M.COSINE]} N/A: {'golden' if ng == 0.0 else 'target'} is all zero")
     else:
         cosine = min(1.0, max(-1.0, a[K.A_SUM_GT] / (ng * nt)))
     euc = math.sqrt(a[K.A_SUM_D2])
@@ -305,7 +311,7 @@ def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float 
         red = 0.0
     else:
         red = None
-        msgs.append("RelativeEuclideanDistance N/A: golden is all zero")
+        msgs.append(f"{M.COLUMN[M.RED]} N/A: golden is all zero")
     # KL = sum(a log(a/b))/A + log(B/A), with log(B/A) = -log1p(sum(a - b)/B) (no cancellation)
     kl = a[K.A_KL_SL] / a[K.A_KL_SA] - math.log1p(a[K.A_KL_SD] / a[K.A_KL_SB])
     if abs(kl) < K.EPS64:

@@ -9,14 +9,13 @@ dtype ("<=64u"), so one rule reads the same for every precision. See docs/compar
 from __future__ import annotations
 
 import operator
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..base.docfile import read_doc
 from ..base.errors import OpdiffError
-from ..base.pair import MetricValue
 from ..store.format import FLOAT_DTYPES
 from . import names as M
 
@@ -46,20 +45,29 @@ def unit(*dtypes: str | None) -> float:
 
 @dataclass(frozen=True)
 class Condition:
-    """`metric op value`, value optionally a multiple of the rounding unit u."""
+    """`metric op value`, value optionally a multiple of the rounding unit u.
+
+    `metric` may be given by its column name ("MaxRelativeErr") or its field name ("max_rel_err"); it
+    is kept as the column name, which rules are written and shown in, and `key` is its field."""
 
     metric: str
     op: str
     value: float
     in_u: bool = False
+    key: str = field(init=False, repr=False, compare=False)  # the metrics field the condition reads
+
+    def __post_init__(self) -> None:
+        key = M.field_of(self.metric)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "metric", M.COLUMN[key])
 
     def bound(self, u: float) -> float:
         return self.value * u if self.in_u else self.value
 
-    def holds(self, metrics: Mapping[str, MetricValue], u: float) -> bool | None:
+    def holds(self, metrics: Mapping[str, object], u: float) -> bool | None:
         """True/False, or None when the metric is N/A."""
-        v = metrics.get(self.metric)
-        if v is None or isinstance(v, str):
+        v = metrics.get(self.key)
+        if not isinstance(v, (int, float)):
             return None
         return bool(_OPS[self.op](float(v), self.bound(u)))
 
@@ -69,7 +77,7 @@ class Condition:
     @classmethod
     def parse(cls, metric: str, spec: object) -> Condition:
         """From a bare number (<= or >= by the metric's direction) or a string like "<0.01", ">=0.99", "64u"."""
-        default_op = ">=" if metric in M.HIGHER_IS_BETTER else "<="
+        default_op = ">=" if M.field_of(metric) in M.HIGHER_IS_BETTER else "<="
         if isinstance(spec, bool):
             return cls(metric, "==", float(spec))
         if isinstance(spec, (int, float)):
@@ -135,10 +143,6 @@ def lower_precision(a: str | None, b: str | None) -> str | None:
     """The lower-precision float dtype of the two (None when neither is a float dtype)."""
     cands = [(ROUNDING_UNIT[d], d) for d in (a, b) if d in ROUNDING_UNIT]
     return max(cands)[1] if cands else None
-
-
-def _conds(**kw: str) -> list[Condition]:
-    return [Condition.parse(k.replace("__", " "), v) for k, v in kw.items()]
 
 
 def _u_band(red_pass: int, max_pass: int, red_warn: int, max_warn: int, stats: bool = False) -> Band:
@@ -235,7 +239,7 @@ def thresholds_from_dict(d: object, base: str | None = None) -> Thresholds:
     return th
 
 
-def load_thresholds(path: str | Path, base: str | None = None) -> Thresholds:
+def load_thresholds(path: str | os.PathLike[str], base: str | None = None) -> Thresholds:
     """Read a YAML or JSON thresholds file; a bad file is one OpdiffError line naming it."""
     return read_doc(path, "thresholds file", lambda doc: thresholds_from_dict(doc, base))
 

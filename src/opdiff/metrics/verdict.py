@@ -4,26 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..base.pair import MetricValue
+from ..base.pair import Metrics
 from ..base.vocab import FAIL, NA, PASS, WARNING
 from . import names as M
 from .thresholds import Condition, Thresholds, dtype_class
 
 
-def _violations(conds: list[Condition], metrics: Mapping[str, MetricValue], u: float, cls: str) -> list[str]:
+def _violations(conds: list[Condition], metrics: Mapping[str, object], u: float, cls: str) -> list[str]:
     out = []
     for c in conds:
         ok = c.holds(metrics, u)
         if ok:
             continue
-        v = metrics.get(c.metric)
-        shown = "N/A" if v is None else f"{float(v):.6g}" if not isinstance(v, str) else v
+        v = metrics.get(c.key)
+        shown = f"{float(v):.6g}" if isinstance(v, (int, float)) else "N/A" if v is None else str(v)
         bound = f" ({c.bound(u):.3g} at {cls})" if c.in_u else ""
         out.append(f"{c.metric}={shown} fails {c.text()}{bound}")
     return out
 
 
-def verdict(metrics: Mapping[str, MetricValue], golden_dtype: str, target_dtype: str, mode: str,
+def verdict(metrics: Metrics, golden_dtype: str, target_dtype: str, mode: str,
             thresholds: Thresholds, floor: str | None = None) -> tuple[str, str]:
     """(result, reason): the reason names what failed; nan/inf on one side only is always FAIL.
 

@@ -14,8 +14,10 @@ import torch
 import torch.nn.functional as F
 
 from ..base.errors import DumpError
+from ..base.pair import Metrics
 from ..base.record import Record
 from ..capture.torch.naming import flatten
+from ..metrics import names as M
 from ..metrics import tensor_metrics
 from ..metrics.thresholds import SIGNIFICANT, unit
 from ..store import Dump
@@ -131,18 +133,19 @@ def arg_differences(g: Any, t: Any, path: str = "") -> list[dict[str, Any]]:
     return [] if g == t else [{"arg": path, "golden": g, "target": t}]
 
 
-def _error(m: dict[str, Any], g_dtype: str, t_dtype: str) -> float | None:
-    terms = [m.get("RelativeEuclideanDistance"), m.get("NormalizedMaxAbsErr")]
-    terms = [float(x) for x in terms if x is not None and math.isfinite(float(x))]
+def _error(m: Metrics, g_dtype: str, t_dtype: str) -> float | None:
+    terms = [float(x) for x in (m.get(M.RED), m.get(M.NORM_MAX_ABS_ERR)) if x is not None and math.isfinite(float(x))]
     u = unit(g_dtype, t_dtype)
     if not terms:
         return None
     return max(terms) / u if u else (0.0 if max(terms) == 0 else math.inf)
 
 
-def _summary(m: dict[str, Any], g_dtype: str, t_dtype: str) -> dict[str, Any]:
-    return {"error_units": _error(m, g_dtype, t_dtype), "Cosine": m.get("Cosine"), "MaxAbsErr": m.get("MaxAbsErr"),
-            "RelativeEuclideanDistance": m.get("RelativeEuclideanDistance")}
+def _summary(m: Metrics, g_dtype: str, t_dtype: str) -> dict[str, Any]:
+    """One comparison of the replay as the result's JSON shows it: error units and three metrics under
+    their column names (docs/diagnose.md)."""
+    return {"error_units": _error(m, g_dtype, t_dtype),
+            **{M.column(k): m.get(k) for k in (M.COSINE, M.MAX_ABS_ERR, M.RED)}}
 
 
 class _Inputs:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from ..base import numfmt
-from ..base.pair import PairResult
+from ..base.pair import Metrics, PairResult
 from ..base.vocab import FAIL, NA, PASS, WARNING
 from ..compare.run import Comparison
 from ..metrics import names as M
@@ -26,14 +27,15 @@ def _fmt(v: Any, key: str = "") -> str:
     return numfmt.num(v, 6, na="N/A")
 
 
-def _rel(m: dict[str, Any]) -> str:
+def _rel(m: Metrics) -> str:
     """MaxRelativeErr, with the absolute error beside it when huge (golden near zero)."""
     return numfmt.rel_err(m.get(M.MAX_REL_ERR), m.get(M.MAX_ABS_ERR), na="N/A")
 
 
 def _key_metrics(r: PairResult) -> str:
-    return "  ".join(f"{k}={_rel(r.metrics) if k == M.MAX_REL_ERR else _fmt(r.metrics[k], k)}"
-                     for k in KEY_METRICS if k in r.metrics)
+    m: Mapping[str, object] = r.metrics
+    return "  ".join(f"{M.column(k)}={_rel(r.metrics) if k == M.MAX_REL_ERR else _fmt(m[k], k)}"
+                     for k in KEY_METRICS if k in m)
 
 
 def _float_dtype(d: Dump) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..base.vocab import FAIL, PASS, WARNING
 from ..compare.run import Comparison
+from ..metrics import names as M
 from .html_data import error_units
 
 GREEN, AMBER, RED = "#2e9d4f", "#f2b01e", "#d62728"
@@ -43,7 +44,7 @@ def node_values(cmp: Comparison) -> dict[str, dict[str, Any]]:
     out = {}
     for node, slot in by_node.items():
         pairs = slot["output"] or slot["input"]
-        cos = [float(c) for c in (p.metrics.get("Cosine") for p in pairs) if isinstance(c, (int, float)) and math.isfinite(c)]
+        cos = [float(c) for c in (p.metrics.get(M.COSINE) for p in pairs) if isinstance(c, (int, float)) and math.isfinite(c)]
         eu = [e for e in (error_units(p) for p in pairs) if e is not None and math.isfinite(e)]
         out[node] = {"cosine": min(cos) if cos else None, "error_units": max(eu) if eu else None,
                      "verdict": max(RANK[p.result] for p in pairs)}

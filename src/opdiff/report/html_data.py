@@ -21,6 +21,7 @@ from ..base.pair import PairResult
 from ..base.vocab import FAIL, NA, PASS, WARNING
 from ..compare.run import Comparison
 from ..diagnose.noise import pair_error
+from ..metrics import names as M
 from ..metrics.thresholds import ROUNDING_UNIT, unit
 from ..store import Dump
 
@@ -91,7 +92,7 @@ def _records(results: list[PairResult]) -> dict[str, list[Any]]:
         cols["dir"].append(rec.direction)
         cols["res"].append(RESULTS.index(r.result) if r.result in RESULTS else 3)
         cols["eu"].append(_n(error_units(r), 4))
-        cos = r.metrics.get("Cosine")
+        cos = r.metrics.get(M.COSINE)
         cols["omc"].append(_n(max(0.0, 1.0 - float(cos)), 4) if isinstance(cos, (int, float)) and math.isfinite(cos) else None)
         cols["status"].append(r.status)
         cols["match"].append(r.match)
@@ -103,11 +104,12 @@ def _records(results: list[PairResult]) -> dict[str, list[Any]]:
 
 
 def _metrics(results: list[PairResult]) -> dict[str, list[Any]]:
+    """Each metric's values by its column name (the page shows and reads those: "MaxAbsErr" ...)."""
     keys: dict[str, None] = {}
     for r in results:
         keys.update(dict.fromkeys(r.metrics))
-    keys.pop("Cosine", None)  # kept exactly as 1 - cos ("omc"), which 5 digits of cos would lose
-    return {k: [_n(r.metrics.get(k)) for r in results] for k in keys}
+    keys.pop(M.COSINE, None)  # kept exactly as 1 - cos ("omc"), which 5 digits of cos would lose
+    return {M.column(k): [_n(r.metrics.get(k)) for r in results] for k in keys}
 
 
 def _sample_order(cmp: Comparison, eu: list[Any], first: list[int]) -> list[int]:
@@ -136,7 +138,7 @@ def _sample(golden: Dump, target: Dump, r: PairResult) -> dict[str, list[Any]] |
     n = gv.size
     rng = np.random.default_rng(r.index)
     idx = np.unique(rng.choice(n, size=min(n, SAMPLE_VALUES - 1), replace=False)) if n > SAMPLE_VALUES else np.arange(n)
-    worst = r.metrics.get("WorstIndex")
+    worst = r.metrics.get(M.WORST_INDEX)
     if isinstance(worst, (int, np.integer)) and 0 <= worst < n and worst not in idx:
         idx = np.sort(np.append(idx, worst))
     try:

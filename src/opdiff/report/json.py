@@ -15,6 +15,7 @@ from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.version import __version__
 from ..compare.run import Comparison
+from ..metrics import names as M
 from ..store import Dump
 from .table import ACCURACY_REACHED
 
@@ -37,7 +38,7 @@ def _dump(d: Dump) -> dict[str, Any]:
 
 def pair_json(r: PairResult) -> dict[str, Any]:
     """One pair of the "pairs" array."""
-    metrics, nonfinite = split_nonfinite(r.metrics)
+    metrics, nonfinite = split_nonfinite(M.columns(r.metrics))
     return {
         "index": r.index,
         "golden": _record(r.golden),

@@ -12,10 +12,14 @@ ID_COLUMNS = (
     "Index", "Golden Name", "Target Name", "Op Type", "Module", "Direction", "Role", "Position",
     "Golden Dtype", "Target Dtype", "Precision", "Golden Shape", "Target Shape", "Match", "Status", "Mode",
 )
-TENSOR_COLUMNS = M.TENSOR_METRICS + M.COUNT_METRICS + M.WORST_METRICS
-STATS_COLUMNS = M.STATS_METRICS + (M.GOLDEN_NAN, M.GOLDEN_POSINF, M.GOLDEN_NEGINF, M.TARGET_NAN, M.TARGET_POSINF,
-                                   M.TARGET_NEGINF, M.NONFINITE_MISMATCH)
-HASH_COLUMNS = (M.HASH_EQUAL,)
+# the metric fields of each mode, in column order; written under their column names (names.COLUMN)
+TENSOR_FIELDS = M.TENSOR_METRICS + M.COUNT_METRICS + M.WORST_METRICS
+STATS_FIELDS = M.STATS_METRICS + (M.GOLDEN_NAN, M.GOLDEN_POSINF, M.GOLDEN_NEGINF, M.TARGET_NAN, M.TARGET_POSINF,
+                                  M.TARGET_NEGINF, M.NONFINITE_MISMATCH)
+HASH_FIELDS = (M.HASH_EQUAL,)
+TENSOR_COLUMNS, STATS_COLUMNS, HASH_COLUMNS = (tuple(M.COLUMN[f] for f in fs) for fs in (TENSOR_FIELDS, STATS_FIELDS,
+                                                                                        HASH_FIELDS))
+_FIELD = {M.COLUMN[f]: f for f in TENSOR_FIELDS + STATS_FIELDS + HASH_FIELDS}  # metric column -> field
 TAIL_COLUMNS = ("Bitwise Equal", "Result", "Accuracy Reached or Not", "Err_message", "Note")
 ACCURACY_REACHED = {PASS: "Yes", WARNING: "Yes", FAIL: "No", NA: ""}
 
@@ -66,6 +70,6 @@ def row(r: PairResult, cols: list[str]) -> dict[str, Any]:
     }
     for c in cols:
         if c not in out:
-            v = r.metrics.get(c)
+            v = r.metrics.get(_FIELD.get(c, c))
             out[c] = NA if v is None else v
     return out
