@@ -43,6 +43,8 @@ from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower
 from ..metrics.verdict import verdict
 from ..store import Dump, load
 from ..store.format import FLOAT_DTYPES, dtype_name
+from .sameness import check_comparable
+from .unmatched import carries_difference
 
 MODES = ("auto", "tensor", "stats", "hash")
 CUT_OFF_NOTE = "beyond the end of the cut-off"
@@ -90,12 +92,23 @@ class Comparison:
         return scored[:n]
 
     def passed(self, allow_unmatched: bool = False) -> bool:
-        """True when nothing FAILs, no pair is a shape/dtype mismatch or unreadable, and (unless allowed)
-        every record has a counterpart. Records past the end of a cut-off dump never count."""
+        """True when at least one pair was compared, nothing FAILs, no pair is a shape/dtype mismatch or
+        unreadable, and (unless allowed) no unmatched record carries a difference (compare/unmatched.py:
+        casts, copies and views one side adds do not). Records past the end of a cut-off dump never count."""
+        if not any(r.status == STATUS_COMPARED for r in self.results):
+            return False  # nothing compared is not a pass
         for r in self.results:
             if r.result == FAIL or r.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR):
                 return False
-        return allow_unmatched or not (self.unmatched("golden") or self.unmatched("target"))
+        return allow_unmatched or not self.failing_unmatched()
+
+    def failing_unmatched(self) -> list[Record]:
+        """Unmatched records (both sides) that fail the run unless unmatched records are allowed."""
+        return [r for side in ("golden", "target") for r in self.unmatched(side) if carries_difference(r)]
+
+    def unreadable(self) -> list[PairResult]:
+        """Pairs whose data could not be read: never agreement, always named."""
+        return [r for r in self.results if r.status == STATUS_ERROR]
 
     def unmatched(self, side: str) -> list[Record]:
         """Records of one side ("golden" or "target") that have no counterpart."""
@@ -294,7 +307,8 @@ class PairPlan:
 
 
 def plan_pairs(golden: Dump, target: Dump, mapping: Mapping | None, mode: str) -> PairPlan:
-    """Check the shards (tensor modes), align the records and size the tensor work of every pair."""
+    """Check the runs are of one model and the shards sound (tensor modes), align, size each pair's tensor work."""
+    check_comparable(golden, target, mapping=mapping)
     if mode in ("auto", "tensor"):
         golden.check()
         target.check()
