@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from ..metrics.verdict import verdict
 from ..store import Dump, load
 from ..store.format import FLOAT_DTYPES, dtype_name
 from .sameness import check_comparable
-from .unmatched import carries_difference
+from .unmatched import Failing, failing_unmatched
 
 MODES = ("auto", "tensor", "stats", "hash")
 CUT_OFF_NOTE = "beyond the end of the cut-off"
@@ -66,6 +66,7 @@ class Comparison:
     elapsed: float = 0.0  # seconds spent in compare()
     tensor_bytes: int = 0  # bytes of tensor data read, both sides together
     workers: int = 1
+    _failing: tuple[tuple[int, int], list[Failing]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def counts(self) -> dict[str, int]:
         """Number of pairs per result: PASS, WARNING, FAIL, N/A."""
@@ -93,8 +94,9 @@ class Comparison:
 
     def passed(self, allow_unmatched: bool = False) -> bool:
         """True when at least one pair was compared, nothing FAILs, no pair is a shape/dtype mismatch or
-        unreadable, and (unless allowed) no unmatched record carries a difference (compare/unmatched.py:
-        casts, copies and views one side adds do not). Records past the end of a cut-off dump never count."""
+        unreadable, and (unless allowed) no unmatched record may carry a difference no compared pair shows
+        (compare/unmatched.py: the one rule diagnose applies too). Records past the end of a cut-off dump
+        never count."""
         if not any(r.status == STATUS_COMPARED for r in self.results):
             return False  # nothing compared is not a pass
         for r in self.results:
@@ -102,9 +104,14 @@ class Comparison:
                 return False
         return allow_unmatched or not self.failing_unmatched()
 
-    def failing_unmatched(self) -> list[Record]:
-        """Unmatched records (both sides) that fail the run unless unmatched records are allowed."""
-        return [r for side in ("golden", "target") for r in self.unmatched(side) if carries_difference(r)]
+    def failing_unmatched(self) -> list[Failing]:
+        """Unmatched records (both sides) that fail the run unless unmatched records are allowed, with why;
+        the others are reported only (compare/unmatched.py)."""
+        key = (id(self.results), len(self.results))
+        if self._failing is None or self._failing[0] != key:
+            found = failing_unmatched(self.results, {s: self.unmatched(s) for s in ("golden", "target")})
+            self._failing = (key, found)
+        return self._failing[1]
 
     def unreadable(self) -> list[PairResult]:
         """Pairs whose data could not be read: never agreement, always named."""

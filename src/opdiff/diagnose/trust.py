@@ -1,13 +1,14 @@
-"""What diagnose may not pass over: pairs it could not read, and records one run adds that change the
-computation. Either one turns a `pass` into `inconclusive` (exit 1), with the pairs named, so that
-diagnose, compare and `Comparison.passed()` agree (docs/reliability.md)."""
+"""What diagnose may not pass over: pairs it could not read, and records without counterpart that may
+carry a difference no compared pair shows (compare/unmatched.py, the rule compare applies too). Either
+one turns a `pass` into `inconclusive` (exit 1), with the records named, so that diagnose, compare and
+`Comparison.passed()` agree (docs/reliability.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..base.pair import PairResult
-from ..compare.unmatched import carries_difference
+from ..compare.unmatched import Failing, describe
 
 INCONCLUSIVE = "inconclusive"
 _SHOW = 5
@@ -26,16 +27,14 @@ def unreadable_warning(pairs: list[PairResult]) -> str | None:
             f"{_names(bad)}; first reason: {bad[0].err_message}")
 
 
-def unmatched_differences(comparison: Any, pairs: list[PairResult]) -> list[Any]:
-    """Records without a counterpart that carry a difference (not a cast, copy or view one side adds)."""
-    keep = {id(p) for p in pairs}
-    counted = {id(r) for side in ("golden", "target") for r in comparison.unmatched(side)}
-    return [rec for p in comparison.results if id(p) in keep and p.status == "unmatched"
-            for rec in (p.golden or p.target,) if rec is not None and id(rec) in counted and carries_difference(rec)]
+def unmatched_differences(comparison: Any, pairs: list[PairResult]) -> list[Failing]:
+    """The comparison's failing unmatched records (Comparison.failing_unmatched) that lie among `pairs`."""
+    keep = {id(p.golden or p.target) for p in pairs}
+    return [f for f in comparison.failing_unmatched() if id(f.record) in keep]
 
 
 def apply(diag: Any, comparison: Any, pairs: list[PairResult]) -> None:
-    """Name unreadable pairs and unmatched ops that change the computation; neither is ever a pass."""
+    """Name unreadable pairs and unmatched records that fail the run (compare/unmatched.py); neither is a pass."""
     reasons = []
     warn = unreadable_warning(pairs)
     if warn:
@@ -43,9 +42,8 @@ def apply(diag: Any, comparison: Any, pairs: list[PairResult]) -> None:
         reasons.append("some pairs could not be read")
     extra = unmatched_differences(comparison, pairs)
     if extra:
-        diag.warnings.insert(0, f"{len(extra)} record(s) have no counterpart and are not casts, copies or views: "
-                                f"{_names(extra)}")
-        reasons.append("ops one run has and the other lacks")
+        diag.warnings.insert(0, describe(extra))
+        reasons.append("records without counterpart that no compared pair vouches for")
     if reasons and diag.verdict == "pass":
         diag.verdict = INCONCLUSIVE
         diag.summary = ("nothing wrong among the pairs compared, but " + " and ".join(reasons) +
