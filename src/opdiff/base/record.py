@@ -210,8 +210,9 @@ def _data(v: Any) -> dict[str, str] | None:
         return None
     if not isinstance(v, dict):
         raise ValueError(f"field 'data' must be an object with 'file' and 'key', not {_kind(v)}")
-    # one string per shard, not per record
-    return {"file": intern(_text(_need_in(v, "file"), "data.file")), "key": _text(_need_in(v, "key"), "data.key")}
+    # one string per shard, not per record; the key may be empty: a foreign reader's file holds one tensor
+    return {"file": intern(_text(_need_in(v, "file"), "data.file")),
+            "key": _text(_need_in(v, "key"), "data.key", empty=True)}
 
 
 def _need_in(d: dict[str, Any], key: str) -> Any:

@@ -84,6 +84,8 @@ def check_record(rec: Record) -> None:
     if rec.stats is not None and rec.stats.numel != rec.numel:
         raise ValueError(f"field 'stats.numel' is {rec.stats.numel} but the shape {list(rec.shape)} holds {rec.numel}")
     if rec.data is not None:
+        if not rec.data["key"]:  # opdiff's own shards name every tensor (foreign readers may leave it empty)
+            raise ValueError("field 'data.key' is empty")
         f = rec.data["file"]
         if f.startswith(("/", "\\")) or ".." in f.replace("\\", "/").split("/") or (len(f) > 1 and f[1] == ":"):
             raise ValueError(f"field 'data.file' {f!r} leaves the dump directory (refused)")
