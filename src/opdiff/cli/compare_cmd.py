@@ -17,6 +17,7 @@ from .dask_opts import dask_options
 
 FORMATS = ("csv", "xlsx", "json", "html", "model-explorer")
 REPORT_STEM = "compare"
+EXPLORER = "model-explorer"  # the Model Explorer overlays: a folder, not a compare.<format> file
 
 
 def _formats(text: str) -> list[str]:
@@ -35,8 +36,14 @@ def _prepare_out(out: Path, force: bool, fmts: list[str]) -> None:
     except OSError as exc:
         raise OpdiffError(f"{out}: cannot create output directory: {exc.strerror or exc}") from None
     check_writable(out)
-    for f in fmts:
-        check_replaceable(out / f"{REPORT_STEM}.{f}")
+    for path in _paths(out, fmts):
+        if path.name != EXPLORER:  # the overlays are a folder of opdiff's own, replaced whole
+            check_replaceable(path)
+
+
+def _paths(out: Path, fmts: list[str]) -> list[Path]:
+    """Where each report goes: `compare.<format>`, the Model Explorer overlays in a folder."""
+    return [out / (f if f == EXPLORER else f"{REPORT_STEM}.{f}") for f in fmts]
 
 
 @click.command("compare")
@@ -95,12 +102,12 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     from ..report import WRITERS, print_summary
 
     cmp = compare(g, t, mapping=mapping, mode=mode, thresholds=th, workers=workers, progress=not no_progress)
-    paths = [out_dir / (f if f == "model-explorer" else f"{REPORT_STEM}.{f}") for f in fmts]  # overlays: a folder
+    paths = _paths(out_dir, fmts)
     # the verdict first: the report files (XLSX alone takes seconds on big comparisons) are written
     # after it, before the command returns; each to a temporary file renamed into place
     print_summary(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
     for f, path in zip(fmts, paths):
-        write_atomic(path, lambda tmp, f=f: WRITERS[f](cmp, tmp))
+        write_atomic(path, lambda tmp, f=f: WRITERS[f](cmp, tmp), directory=f == EXPLORER)
     return 0 if cmp.passed(allow_unmatched) else 1
 
 
