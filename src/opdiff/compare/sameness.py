@@ -7,6 +7,7 @@ opdiff says so first and blames no op. The evidence is what both dumps record: t
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from ..base.errors import OpdiffError
@@ -35,17 +36,38 @@ def _structure(d: Dump) -> Counter:
     return Counter((_tail(r.module), r.op) for r in d.records if r.role != "parameter")
 
 
+# what a capture records as "model" when it wraps the user's model: says nothing about which model ran
+_WRAPPERS = {"OptimizedModule", "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel", "Module",
+             "GraphModule", "RecursiveScriptModule"}
+_CLASS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _model_class(d: Dump) -> str | None:
+    """The model class meta.json records, where it is one: a PyTorch capture's `type(model).__name__`.
+    Other captures record a path (ONNX) or a user-chosen name (Keras: "model", "model_1"), foreign readers
+    nothing; wrappers (torch.compile, DDP) hide the class. None when unknown: missing is never evidence."""
+    cls = d.meta.get("model")
+    if d.meta.get("framework") != "torch" or not isinstance(cls, str) or not _CLASS_NAME.match(cls):
+        return None
+    return None if cls in _WRAPPERS else cls
+
+
 def model_mismatch(golden: Dump, target: Dump) -> str | None:
     """Why the two dumps are not runs of the same model, or None when they may be.
 
-    A different model class alone can be a rename, and little in common alone can be a refactor:
-    the class must differ and half the parameters or op calls be missing, or almost nothing be shared."""
-    g_cls, t_cls = golden.meta.get("model"), target.meta.get("model")
+    Only positive evidence counts, never missing metadata: a different model class (both PyTorch
+    captures recording it) with half the parameters or op calls missing, or, with parameters on both
+    sides, almost none of them and almost no op calls in common. A class rename alone, a refactor,
+    a precision (fp16, bf16, autocast), a fused or compiled variant, a foreign reader's dump without
+    parameters and a port between frameworks (whose parameter names differ by nature) are not refused."""
+    g_cls, t_cls = _model_class(golden), _model_class(target)
+    g_fw, t_fw = golden.meta.get("framework"), target.meta.get("framework")
+    cross_framework = isinstance(g_fw, str) and isinstance(t_fw, str) and bool(g_fw) and bool(t_fw) and g_fw != t_fw
     gp, tp = _params(golden), _params(target)
-    has_params = bool(gp) and bool(tp)
+    has_params = bool(gp) and bool(tp) and not cross_framework
     params = _overlap(gp, tp) if has_params else 1.0
     structure = _overlap(_structure(golden), _structure(target))
-    cls_differs = isinstance(g_cls, str) and isinstance(t_cls, str) and bool(g_cls) and bool(t_cls) and g_cls != t_cls
+    cls_differs = g_cls is not None and t_cls is not None and g_cls != t_cls
     if not ((cls_differs and min(params, structure) < MIN_OVERLAP)
             or (has_params and params < NEAR_NONE and structure < NEAR_NONE)):
         return None
