@@ -415,6 +415,8 @@ def test_data_paths(dumps, path, pick):
 def test_zz_report(capsys):
     """The counts of what ran and how it ended (printed with -s; the report quotes them)."""
     mutations = sum(v for k, v in FOUND.items() if k.endswith(":mutations"))
+    if not mutations and os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("the fuzz tests ran in another xdist worker: their counts are that worker's")
     with capsys.disabled():
         print(f"\nfuzz: {mutations} mutations, {sum(v for k, v in FOUND.items() if ':exit' in k)} command runs")
         summary: Counter = Counter()

@@ -94,7 +94,8 @@ def check_record(rec: Record) -> None:
 def read_index(index_path: Path) -> tuple[list[Record], list[str]]:
     """Records of an index, each line checked; a cut-off last line is dropped and reported.
 
-    Other damage (a bad field, a repeated name) is a DumpError naming file:line and the field."""
+    Other damage (a bad field, a repeated name, a record index out of sequence: a lost or moved line) is a
+    DumpError naming file:line and the field."""
     problems: list[str] = []
     records: list[Record] = []
     seen: dict[str, int] = {}
@@ -118,6 +119,9 @@ def read_index(index_path: Path) -> tuple[list[Record], list[str]]:
             check_record(rec)
         except ValueError as exc:
             raise DumpError(f"{index_path}:{lineno}: corrupt index record: {exc}") from None
+        if rec.index != len(records):  # the writer numbers records 0, 1, 2, ... in execution order
+            raise DumpError(f"{index_path}:{lineno}: record index {rec.index} where {len(records)} was expected: "
+                            "an index line is missing or out of order (the index was edited or damaged)")
         if rec.name in seen:
             raise DumpError(f"{index_path}:{lineno}: record name {rec.name!r} repeats line {seen[rec.name]} "
                             "(names must be unique within a part; refused rather than shadowed)")
