@@ -48,3 +48,6 @@ def apply(diag: Any, comparison: Any, pairs: list[PairResult]) -> None:
         diag.verdict = INCONCLUSIVE
         diag.summary = ("nothing wrong among the pairs compared, but " + " and ".join(reasons) +
                         ": not a pass (see warnings)")
+        diag.advice = ("Check the records the warnings name: make the data readable, capture both runs so "
+                       "that what those records feed is recorded too, or (compare) accept unmatched records "
+                       "with --allow-unmatched when the runs differ there on purpose.")

@@ -13,6 +13,7 @@ from ..base.pair import PairResult
 from ..base.termsafe import safe
 from ..base.vocab import FAIL, NA, PASS, WARNING
 from ..compare.run import Comparison
+from ..compare.unmatched import describe
 from ..metrics import names as M
 from ..metrics.thresholds import ROUNDING_UNIT
 from ..store import Dump
@@ -104,6 +105,9 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
         if un:
             shown = ", ".join(safe(r.name) for r in un[:5]) + (f", ... ({len(un) - 5} more)" if len(un) > 5 else "")
             con.print(f"[yellow]unmatched {side} records: {len(un)}[/]  {shown}")
+    failing = [] if allow_unmatched else cmp.failing_unmatched()
+    if failing:  # the rest are reported only: what they change shows in the compared pairs after them
+        con.print(f"[yellow]warning:[/] {safe(describe(failing))}")
     bad = [r for r in cmp.results if r.status in ("shape-mismatch", "dtype-mismatch", "error")]
     for r in bad[:5]:
         con.print(f"[yellow]{r.status}[/] #{r.index} {safe(r.name)}: {safe(r.err_message)}")
