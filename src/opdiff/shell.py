@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .base import numfmt
+from .base.termsafe import safe
 from .errors import OpdiffError
 from .store import Dump, Record
 from .store.format import numpy_dtype
@@ -155,13 +156,13 @@ class Shell(cmd.Cmd):
         try:
             return super().onecmd(line)
         except OpdiffError as exc:
-            self.con.print(f"[red]error:[/] {exc}", markup=True, highlight=False)
+            self.con.print(f"[red]error:[/] {safe(exc)}", markup=True, highlight=False)
         except re.error as exc:
-            self.con.print(f"[red]error:[/] bad regex: {exc}", highlight=False)
+            self.con.print(f"[red]error:[/] bad regex: {safe(exc)}", highlight=False)
         except KeyboardInterrupt:
             self.con.print("[dim]interrupted[/]")
         except Exception as exc:
-            self.con.print(f"[red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
+            self.con.print(f"[red]error:[/] {type(exc).__name__}: {safe(exc)}", highlight=False)
         return False
 
     def get_names(self) -> list[str]:
@@ -209,7 +210,7 @@ class Shell(cmd.Cmd):
         return False
 
     def default(self, line: str) -> bool:
-        self.con.print(f"[red]unknown command:[/] {line.split()[0]} (type help)")
+        self.con.print(f"[red]unknown command:[/] {safe(line.split()[0])} (type help)")
         return False
 
     @staticmethod
@@ -260,7 +261,7 @@ class Shell(cmd.Cmd):
             table.add_column(col, overflow="fold")
         for r in recs[:limit] if limit else recs:
             st = r.stats
-            table.add_row(str(r.index), r.name, r.dtype, "x".join(map(str, r.shape)) or "()",
+            table.add_row(str(r.index), safe(r.name), safe(r.dtype), "x".join(map(str, r.shape)) or "()",
                           _fmt(st.min if st else None), _fmt(st.max if st else None), _fmt(st.mean if st else None))
         self.con.print(table)
         if limit and len(recs) > limit:
@@ -276,7 +277,7 @@ class Shell(cmd.Cmd):
                   ("source", r.source), ("produced by", r.src), ("data", r.data["file"] if r.data else None)]
         for k, v in fields:
             if v is not None:
-                self.con.print(f"[bold]{k:>12}[/]: {v}")
+                self.con.print(f"[bold]{k:>12}[/]: {safe(v)}")
         if r.stats:
             self.con.print("[bold]       stats[/]: " + "  ".join(f"{k}={_fmt(v)}" for k, v in r.stats.to_json().items()))
         call = next((c for c in dump.calls if c.get("node") == r.node and c.get("direction", r.direction) == r.direction), None)
@@ -284,13 +285,13 @@ class Shell(cmd.Cmd):
             self.con.print("[bold]   arguments[/]: " + escape(f"{r.op}({call_args_text(call)})"), highlight=False)
         siblings = [x for x in dump.records if x.node == r.node and x.name != r.name]
         if siblings:
-            self.con.print(f"[bold]other tensors of {r.node}[/]:")
+            self.con.print(f"[bold]other tensors of {safe(r.node)}[/]:")
             for x in siblings:
-                self.con.print(f"  #{x.index} {x.direction}/{x.role}/{x.pos}  {x.dtype} {list(x.shape)}")
+                self.con.print(f"  #{x.index} {safe(x.direction)}/{safe(x.role)}/{safe(x.pos)}  {safe(x.dtype)} {list(x.shape)}")
         if self.s.target is not None and self.s.comparison is not None:
             p = self.s.pair_for(r.name)
             if p is not None:
-                self.con.print(f"[bold]      result[/]: {p.result} ({p.match}, {p.status}) {p.err_message}")
+                self.con.print(f"[bold]      result[/]: {p.result} ({p.match}, {p.status}) {safe(p.err_message)}")
 
     do_info = do_ni
 
@@ -302,7 +303,7 @@ class Shell(cmd.Cmd):
         opts = {"threshold": sys.maxsize} if "--full" in rest else {"threshold": 200, "edgeitems": 3}
         with np.printoptions(precision=6, suppress=False, linewidth=150, **opts):
             shown = arr.astype(np.float32) if numpy_dtype(r.dtype).kind == "V" or r.dtype in ("bfloat16",) or r.dtype.startswith("float8") else arr
-            self.con.print(f"[bold]{r.name}[/] {r.dtype} {list(r.shape)}", highlight=False)
+            self.con.print(f"[bold]{safe(r.name)}[/] {safe(r.dtype)} {list(r.shape)}", highlight=False)
             self.con.print(np.array2string(np.asarray(shown)), highlight=False, markup=False)
 
     def do_cmp(self, line: str) -> None:
@@ -326,7 +327,7 @@ class Shell(cmd.Cmd):
         from .metrics import names as M
 
         res = compare_pair(self.s.golden, target, Pair(golden=g, target=t, match="name" if g.name == t.name else "mapping"))
-        self.con.print(f"[bold]{g.name}[/] vs [bold]{t.name}[/]: [bold]{res.result}[/] ({res.mode}, {res.status})")
+        self.con.print(f"[bold]{safe(g.name)}[/] vs [bold]{safe(t.name)}[/]: [bold]{res.result}[/] ({res.mode}, {res.status})")
         table = Table(show_header=False)
         table.add_column("metric")
         table.add_column("value")
@@ -334,7 +335,7 @@ class Shell(cmd.Cmd):
             table.add_row(M.column(k), _fmt(v, k == M.COSINE))
         self.con.print(table)
         if res.err_message:
-            self.con.print(f"note: {res.err_message}")
+            self.con.print(f"note: {safe(res.err_message)}")
 
     def do_compare(self, line: str) -> None:
         """compare: compare the whole golden/target pair and summarise the verdicts."""
@@ -343,7 +344,7 @@ class Shell(cmd.Cmd):
         self.con.print("  ".join(f"{k}: {v}" for k, v in counts.items()))
         first = c.first_fail()
         if first is not None:
-            self.con.print(f"first FAIL: #{first.index} {first.name}")
+            self.con.print(f"first FAIL: #{first.index} {safe(first.name)}")
 
     def do_fails(self, line: str) -> None:
         """fails [N]: the first N failing pairs in execution order (default 20)."""
@@ -358,7 +359,7 @@ class Shell(cmd.Cmd):
         for col in ("#", "name", *map(M.column, shown)):
             table.add_column(col, overflow="fold")
         for r in rows:
-            table.add_row(str(r.index), r.name, *(_fmt(r.metrics.get(k), k == M.COSINE) for k in shown))
+            table.add_row(str(r.index), safe(r.name), *(_fmt(r.metrics.get(k), k == M.COSINE) for k in shown))
         self.con.print(table)
 
     def do_diag(self, line: str) -> None:

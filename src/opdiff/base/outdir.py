@@ -54,12 +54,17 @@ def check_replaceable(path: Path, error: type[OpdiffError] = OpdiffError) -> Non
         raise error(f"{path}: exists and is not a file opdiff wrote (a directory or special file); not replaced")
 
 
-def write_atomic(path: Path, write: Callable[[Path], object], error: type[OpdiffError] = OpdiffError) -> None:
-    """Write `path` through `write(tmp)` on a new temporary file in the same directory, then rename it
-    into place: readers never see half a file, and a symlink at `path` is replaced, not followed."""
+def write_atomic(path: Path, write: Callable[[Path], object], error: type[OpdiffError] = OpdiffError, *,
+                 directory: bool = False) -> None:
+    """Write `path` through `write(tmp)` on a new, uniquely named temporary file (or, with `directory`,
+    folder) in the same directory, then rename it into place: readers never see half an output, a
+    symlink at `path` is replaced, not followed, and the temporary is removed when writing fails."""
     import os
     import tempfile
 
+    if directory:
+        _write_dir_atomic(path, write, error)
+        return
     check_replaceable(path, error)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
     os.close(fd)
@@ -69,6 +74,36 @@ def write_atomic(path: Path, write: Callable[[Path], object], error: type[Opdiff
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        raise
+
+
+def _write_dir_atomic(path: Path, write: Callable[[Path], object], error: type[OpdiffError]) -> None:
+    """write_atomic for an output that is a folder: an earlier folder of that name (opdiff's own output,
+    replaced under --force) is moved aside, the new one renamed in, the old one removed."""
+    import os
+    import stat
+    import tempfile
+
+    try:
+        st: os.stat_result | None = path.lstat()
+    except FileNotFoundError:
+        st = None
+    if st is not None and not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        raise error(f"{path}: exists and is not a folder or file opdiff wrote (a special file); not replaced")
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    try:
+        write(tmp)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.old."))
+            os.replace(path, old / "x")  # a rename inside the output directory: never follows a link
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            if st is not None:
+                path.unlink()  # a file or a symlink: the link itself, never what it points to
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

@@ -29,4 +29,6 @@ STATUS_ERROR = "error"  # data unreadable (corrupt tensor): metrics N/A, reason 
 PASS, WARNING, FAIL, NA = "PASS", "WARNING", "FAIL", "N/A"
 
 # verdicts of a diagnosis
-VERDICTS = ("pass", "inputs-differ", "overflow", "fault", "drift")
+# inconclusive: nothing wrong among the pairs compared, but some could not be read, or one run has ops
+# the other lacks (not casts/copies/views): never a pass (docs/reliability.md)
+VERDICTS = ("pass", "inputs-differ", "overflow", "fault", "drift", "inconclusive")

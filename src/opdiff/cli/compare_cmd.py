@@ -11,12 +11,13 @@ from pathlib import Path
 import click
 
 from ..base.errors import OpdiffError
-from ..base.outdir import claim_dir
+from ..base.outdir import check_replaceable, check_writable, claim_dir, write_atomic
 from .common import open_dump
 from .dask_opts import dask_options
 
 FORMATS = ("csv", "xlsx", "json", "html", "model-explorer")
 REPORT_STEM = "compare"
+EXPLORER = "model-explorer"  # the Model Explorer overlays: a folder, not a compare.<format> file
 
 
 def _formats(text: str) -> list[str]:
@@ -27,12 +28,22 @@ def _formats(text: str) -> list[str]:
     return list(dict.fromkeys(fmts))
 
 
-def _prepare_out(out: Path, force: bool) -> None:
+def _prepare_out(out: Path, force: bool, fmts: list[str]) -> None:
+    """Before any comparison work: the directory can be written and each report name is opdiff's to replace."""
     claim_dir(out, force, hint="use --force to write into it")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OpdiffError(f"{out}: cannot create output directory: {exc.strerror or exc}") from None
+    check_writable(out)
+    for path in _paths(out, fmts):
+        if path.name != EXPLORER:  # the overlays are a folder of opdiff's own, replaced whole
+            check_replaceable(path)
+
+
+def _paths(out: Path, fmts: list[str]) -> list[Path]:
+    """Where each report goes: `compare.<format>`, the Model Explorer overlays in a folder."""
+    return [out / (f if f == EXPLORER else f"{REPORT_STEM}.{f}") for f in fmts]
 
 
 @click.command("compare")
@@ -86,17 +97,17 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     g = open_dump(golden, rank, step, allow_partial)
     t = open_dump(target, rank, step, allow_partial)
     out_dir = Path(out)
-    _prepare_out(out_dir, force)
+    _prepare_out(out_dir, force, fmts)
     from ..compare.run import compare  # the kernels load only once the input is known to be good
     from ..report import WRITERS, print_summary
 
     cmp = compare(g, t, mapping=mapping, mode=mode, thresholds=th, workers=workers, progress=not no_progress)
-    paths = [out_dir / (f if f == "model-explorer" else f"{REPORT_STEM}.{f}") for f in fmts]  # overlays: a folder
+    paths = _paths(out_dir, fmts)
     # the verdict first: the report files (XLSX alone takes seconds on big comparisons) are written
-    # after it, before the command returns
+    # after it, before the command returns; each to a temporary file renamed into place
     print_summary(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
     for f, path in zip(fmts, paths):
-        WRITERS[f](cmp, path)
+        write_atomic(path, lambda tmp, f=f: WRITERS[f](cmp, tmp), directory=f == EXPLORER)
     return 0 if cmp.passed(allow_unmatched) else 1
 
 

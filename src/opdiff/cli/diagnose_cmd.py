@@ -7,6 +7,7 @@ could be replayed, 1 when it could not, 2 on bad input.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ import click
 from rich.console import Console
 
 from ..base.errors import OpdiffError
+from ..base.outdir import check_replaceable, check_writable, write_atomic
+from ..base.termsafe import safe, safe_deep
 from .common import open_dump
 from .dask_opts import dask_options
 
@@ -24,10 +27,12 @@ def _out_file(path: str | None, force: bool) -> Path | None:
     if path is None:
         return None
     p = Path(path)
-    if p.exists() and not force:
+    if os.path.lexists(p) and not force:
         raise OpdiffError(f"{p}: exists (use --force to overwrite)")
-    if p.parent and not p.parent.exists():
+    if not p.parent.is_dir():
         raise OpdiffError(f"{p.parent}: no such directory")
+    check_replaceable(p)
+    check_writable(p.parent)
     return p
 
 
@@ -79,7 +84,7 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
         cmp = cmp or html_cmp
     d = diagnose(g, t, mapping=mapping, comparison=cmp, replay=replay, level=level, workers=workers, rank=rank, step=step)
     if out_path is not None:
-        write_json(d, out_path)
+        write_atomic(out_path, lambda tmp: write_json(d, tmp))
     if html_path is not None:
         from ..report import write_html
 
@@ -87,10 +92,10 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     if as_json:
         click.echo(to_json_text(d))
     else:
-        render(d, Console(width=160), golden=str(g.root), target=str(t.root))
+        render(safe_deep(d), Console(width=160), golden=safe(g.root), target=safe(t.root))
         for p in (out_path, html_path):
             if p is not None:
-                click.echo(f"written: {p}")
+                click.echo(f"written: {safe(p)}")
     return d.exit_code
 
 
@@ -121,9 +126,9 @@ def replay_cmd(golden, target, op, golden_op, as_json, rank, step, allow_partial
         click.echo(json.dumps(res.to_json(), indent=2, default=str))
         return 0 if res.status == "ok" else 1
     c = Console(width=160)
-    c.print(f"[bold]replay[/] {res.node}  ({res.level} op {res.op or '?'} in {res.module or '<root>'})")
+    c.print(f"[bold]replay[/] {safe(res.node)}  ({safe(res.level)} op {safe(res.op or '?')} in {safe(res.module or '<root>')})")
     if res.status != "ok":
-        c.print(f"[yellow]could not replay:[/] {res.reason}")
+        c.print(f"[yellow]could not replay:[/] {safe(res.reason)}")
         return 1
     if res.input_dtypes:
         c.print("inputs: golden data cast to the target's dtypes " +

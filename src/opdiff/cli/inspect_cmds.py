@@ -6,8 +6,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..base.errors import DumpError
+from ..base.errors import DumpError, OpdiffError
 from ..base.record import Record
+from ..base.termsafe import plain, safe
 from ..store import load
 from ..store.format import numpy_dtype
 
@@ -25,9 +26,9 @@ def record_row(r: Record) -> list[str]:
     s = r.stats
     return [
         str(r.index),
-        r.name,
-        r.op,
-        r.dtype,
+        safe(r.name),
+        safe(r.op),
+        safe(r.dtype),
         "x".join(map(str, r.shape)) or "()",
         fmt_num(s.min if s else None),
         fmt_num(s.max if s else None),
@@ -49,22 +50,24 @@ def record_row(r: Record) -> list[str]:
 def ls_cmd(dump, name_re, op_re, module_re, rank, step, limit, names_only):
     """List the records of DUMP: name, type, dtype, shape and statistics."""
     d = load(dump, rank=rank, step=step)
+    if limit < 0:
+        raise OpdiffError(f"--limit must be 0 or more, not {limit}")
     recs = d.select(name=name_re, op=op_re, module=module_re)
     if limit:
         recs = recs[:limit]
     if names_only:
         for r in recs:
-            click.echo(r.name)
+            click.echo(plain(r.name))
         return
     console = Console(width=200)
-    table = Table(title=f"{d.root}  rank {d.rank} step {d.step}", show_lines=False)
+    table = Table(title=f"{safe(d.root)}  rank {d.rank} step {d.step}", show_lines=False)
     for col in ("#", "name", "op", "dtype", "shape", "min", "max", "mean", "norm", "special"):
         table.add_column(col, overflow="fold")
     for r in recs:
         table.add_row(*record_row(r))
     console.print(table)
     for p in d.problems:
-        console.print(f"[yellow]warning:[/] {p}")
+        console.print(f"[yellow]warning:[/] {safe(p)}")
     _fail_if_partial(d.problems)
 
 
@@ -85,7 +88,7 @@ def info_cmd(dump):
                 "seed", "num_threads", "level", "mode", "backward", "steps", "include", "exclude", "rank", "world_size",
                 "created", "finished", "complete", "host", "command"):
         if key in meta:
-            console.print(f"[bold]{key}[/]: {meta[key]}")
+            console.print(f"[bold]{key}[/]: {safe(meta[key])}")
     problems: list[str] = []
     for rank, step in d.parts:
         part = d if (rank, step) == (d.rank, d.step) else d.with_part(rank, step)
@@ -99,9 +102,9 @@ def info_cmd(dump):
         console.print(f"[bold]rank {rank} step {step}[/]: {len(part.records)} records, {nodes} op calls, "
                       f"{nbytes / 1e6:.1f} MB of tensor data")
         for k in sorted(counts):
-            console.print(f"  {k}: {counts[k]}")
+            console.print(f"  {safe(k)}: {counts[k]}")
         for p in part.problems:
-            console.print(f"  [yellow]warning:[/] {p}")
+            console.print(f"  [yellow]warning:[/] {safe(p)}")
         problems.extend(part.problems)
     _fail_if_partial(problems)
 

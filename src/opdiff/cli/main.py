@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..base.errors import OpdiffError
+from ..base.termsafe import plain
 from ..base.version import __version__
 
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(rv, int):
             sys.exit(rv)
     except OpdiffError as exc:
-        click.echo(f"opdiff: error: {exc}", err=True)
+        click.echo(f"opdiff: error: {plain(exc)}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:
         click.echo("opdiff: aborted", err=True)

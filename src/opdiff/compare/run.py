@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +43,8 @@ from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower
 from ..metrics.verdict import verdict
 from ..store import Dump, load
 from ..store.format import FLOAT_DTYPES, dtype_name
+from .sameness import check_comparable
+from .unmatched import Failing, failing_unmatched
 
 MODES = ("auto", "tensor", "stats", "hash")
 CUT_OFF_NOTE = "beyond the end of the cut-off"
@@ -64,6 +66,7 @@ class Comparison:
     elapsed: float = 0.0  # seconds spent in compare()
     tensor_bytes: int = 0  # bytes of tensor data read, both sides together
     workers: int = 1
+    _failing: tuple[tuple[int, int], list[Failing]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def counts(self) -> dict[str, int]:
         """Number of pairs per result: PASS, WARNING, FAIL, N/A."""
@@ -90,12 +93,29 @@ class Comparison:
         return scored[:n]
 
     def passed(self, allow_unmatched: bool = False) -> bool:
-        """True when nothing FAILs, no pair is a shape/dtype mismatch or unreadable, and (unless allowed)
-        every record has a counterpart. Records past the end of a cut-off dump never count."""
+        """True when at least one pair was compared, nothing FAILs, no pair is a shape/dtype mismatch or
+        unreadable, and (unless allowed) no unmatched record may carry a difference no compared pair shows
+        (compare/unmatched.py: the one rule diagnose applies too). Records past the end of a cut-off dump
+        never count."""
+        if not any(r.status == STATUS_COMPARED for r in self.results):
+            return False  # nothing compared is not a pass
         for r in self.results:
             if r.result == FAIL or r.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR):
                 return False
-        return allow_unmatched or not (self.unmatched("golden") or self.unmatched("target"))
+        return allow_unmatched or not self.failing_unmatched()
+
+    def failing_unmatched(self) -> list[Failing]:
+        """Unmatched records (both sides) that fail the run unless unmatched records are allowed, with why;
+        the others are reported only (compare/unmatched.py)."""
+        key = (id(self.results), len(self.results))
+        if self._failing is None or self._failing[0] != key:
+            found = failing_unmatched(self.results, {s: self.unmatched(s) for s in ("golden", "target")})
+            self._failing = (key, found)
+        return self._failing[1]
+
+    def unreadable(self) -> list[PairResult]:
+        """Pairs whose data could not be read: never agreement, always named."""
+        return [r for r in self.results if r.status == STATUS_ERROR]
 
     def unmatched(self, side: str) -> list[Record]:
         """Records of one side ("golden" or "target") that have no counterpart."""
@@ -295,7 +315,8 @@ class PairPlan:
 
 
 def plan_pairs(golden: Dump, target: Dump, mapping: Mapping | None, mode: str) -> PairPlan:
-    """Check the shards (tensor modes), align the records and size the tensor work of every pair."""
+    """Check the runs are of one model and the shards sound (tensor modes), align, size each pair's tensor work."""
+    check_comparable(golden, target, mapping=mapping)
     if mode in ("auto", "tensor"):
         golden.check()
         target.check()

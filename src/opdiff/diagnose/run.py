@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 from ..base.errors import OpdiffError
 from ..base.pair import PairResult
 from ..base.vocab import STATUS_UNMATCHED
+from ..compare.sameness import check_comparable
 from ..store import Dump, load
-from . import backward
+from . import backward, trust
 from .graph import Graph, build
 from .inputs import differing_inputs
 from .local import calibrate, events
@@ -105,6 +106,7 @@ def diagnose(golden: Dump | str | os.PathLike[str], target: Dump | str | os.Path
 def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: str | None = None, direction: str = "forward",
                   replay: bool = False) -> Diagnosis:
     """One pass (`direction`) of one (rank, step) part, from its comparison."""
+    check_comparable(golden, target, mapping=comparison.mapping)  # a reused comparison was not checked here
     pairs = [p for p in comparison.results if _keep(level)(p)]
     if level is not None and not any(p.record.level == level for p in pairs):
         have = sorted({p.record.level for p in comparison.results})
@@ -122,6 +124,7 @@ def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: 
     warnings = _warnings(golden, target, graph, pairs, noise.run_dtype)
     diag = decide(graph, noise, evs, first_overflow(graph), differing_inputs(graph, noise), warnings,
                   replayable=replay)
+    trust.apply(diag, comparison, pairs)
     settings = settings_diff(golden, target)
     if settings:
         diag.evidence.settings = settings

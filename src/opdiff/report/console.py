@@ -11,8 +11,10 @@ from rich.table import Table
 
 from ..base import numfmt
 from ..base.pair import Metrics, PairResult
+from ..base.termsafe import safe
 from ..base.vocab import FAIL, NA, PASS, WARNING
 from ..compare.run import Comparison
+from ..compare.unmatched import describe
 from ..metrics import names as M
 from ..metrics.thresholds import ROUNDING_UNIT
 from ..store import Dump
@@ -72,7 +74,7 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
     counts = cmp.counts()
     n = len(cmp.results)
     parts = [f"[{STYLE[k]}]{k} {counts.get(k, 0)}[/]" for k in (PASS, WARNING, FAIL, NA)]
-    con.print(f"[bold]opdiff compare[/]  {cmp.golden.root} (golden) vs {cmp.target.root} (target)  "
+    con.print(f"[bold]opdiff compare[/]  {safe(cmp.golden.root)} (golden) vs {safe(cmp.target.root)} (target)  "
               f"rank {cmp.target.rank} step {cmp.target.step}  mode {cmp.mode}  thresholds {cmp.thresholds.name}")
     for w in input_warnings(cmp.golden, cmp.target):
         con.print(f"[yellow]warning:[/] {w}", highlight=False)
@@ -83,11 +85,11 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
         con.print(f"bitwise equal: {bitwise}")
     ff = cmp.first_fail()
     if ff is not None:
-        con.print(f"[red bold]first FAIL[/] #{ff.index} {ff.name}  ({ff.target.op if ff.target else ''} in "
-                  f"module '{ff.target.module if ff.target else ''}', match {ff.match})")
+        con.print(f"[red bold]first FAIL[/] #{ff.index} {safe(ff.name)}  ({safe(ff.target.op) if ff.target else ''} in "
+                  f"module '{safe(ff.target.module) if ff.target else ''}', match {ff.match})")
         con.print(f"  {_key_metrics(ff)}")
         if ff.err_message:
-            con.print(f"  [dim]{ff.err_message}[/]")
+            con.print(f"  [dim]{safe(ff.err_message)}[/]")
             if "u (" in ff.err_message or "u)" in ff.err_message:
                 con.print(f"  [dim]{numfmt.UNIT_NOTE}[/]")
     worst = cmp.worst(top)
@@ -97,24 +99,27 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
             t.add_column(c, overflow="fold")
         for r in worst:
             m = r.metrics
-            t.add_row(str(r.index), r.name, f"[{STYLE[r.result]}]{r.result}[/]", _fmt(m.get(M.COSINE), M.COSINE),
+            t.add_row(str(r.index), safe(r.name), f"[{STYLE[r.result]}]{r.result}[/]", _fmt(m.get(M.COSINE), M.COSINE),
                       _fmt(m.get(M.RED, m.get(M.NORM_REL_DIFF))), _fmt(m.get(M.MAX_ABS_ERR)), _rel(m))
         con.print(t)
     for side in ("golden", "target"):
         un = cmp.unmatched(side)
         if un:
-            shown = ", ".join(r.name for r in un[:5]) + (f", ... ({len(un) - 5} more)" if len(un) > 5 else "")
+            shown = ", ".join(safe(r.name) for r in un[:5]) + (f", ... ({len(un) - 5} more)" if len(un) > 5 else "")
             con.print(f"[yellow]unmatched {side} records: {len(un)}[/]  {shown}")
+    failing = [] if allow_unmatched else cmp.failing_unmatched()
+    if failing:  # the rest are reported only: what they change shows in the compared pairs after them
+        con.print(f"[yellow]warning:[/] {safe(describe(failing))}")
     bad = [r for r in cmp.results if r.status in ("shape-mismatch", "dtype-mismatch", "error")]
     for r in bad[:5]:
-        con.print(f"[yellow]{r.status}[/] #{r.index} {r.name}: {r.err_message}")
+        con.print(f"[yellow]{r.status}[/] #{r.index} {safe(r.name)}: {safe(r.err_message)}")
     if len(bad) > 5:
         con.print(f"[yellow]... {len(bad) - 5} more pairs with a mismatch or unreadable data[/]")
     mb = cmp.tensor_bytes / 1e6
     speed = f", {mb / cmp.elapsed:.0f} MB/s" if cmp.elapsed > 0 and mb else ""
     con.print(f"[dim]{mb:.1f} MB of tensor data in {cmp.elapsed:.2f} s with {cmp.workers} worker(s){speed}[/]")
     for p in cmp.golden.problems + cmp.target.problems:
-        con.print(f"[yellow]warning:[/] {p}")
+        con.print(f"[yellow]warning:[/] {safe(p)}")
     if outputs:
         con.print("reports: " + "  ".join(outputs))
     if cmp.passed(allow_unmatched):
@@ -125,7 +130,9 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
         why.append(f"{counts[FAIL]} FAIL")
     if bad:
         why.append(f"{len(bad)} mismatched or unreadable")
-    unmatched = len(cmp.unmatched("golden")) + len(cmp.unmatched("target"))
+    unmatched = len(cmp.failing_unmatched())
+    if not any(r.status == "compared" for r in cmp.results):
+        why.append("nothing compared")
     if unmatched and not allow_unmatched:
         why.append(f"{unmatched} unmatched (--allow-unmatched accepts them)")
     con.print(f"[bold {STYLE[FAIL]}]FAIL[/] ({', '.join(why)})")

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..base.record import Record
 from .source import Dump
+from .validate import same_layout
 from .writer import DumpWriter
 
 # meta fields the writer owns: never copied from the source
@@ -38,7 +39,9 @@ def copy_records(dump: Dump, writer: DumpWriter, *, mode: str = "tensor", rank: 
         if mode == "stats":
             out.hash = None
         first = written.get(rec.src) if rec.src else None
+        # shared only in the record's own shape: a reader checks the shard's shape against each record
         if (first is not None and rec.src and first.stats == rec.stats and first.hash == rec.hash
+                and first.dtype == rec.dtype and same_layout(tuple(first.shape), tuple(rec.shape))
                 and (mode != "tensor" or _same_bytes(dump, dump[rec.src], rec))):
             writer.add(out, None, same_data_as=first if mode == "tensor" else None)
         else:

@@ -20,7 +20,9 @@ import numpy as np
 
 from ..base.errors import DumpError
 from ..base.record import Record
+from ..base.safepath import regular_size
 from .format import numpy_dtype
+from .stats import content_hash
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,11 @@ class Dump(ABC):
     _by_name: dict[str, Record] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self._by_name = {r.name: r for r in self.records}
+        self._by_name = {}
+        for r in self.records:
+            if r.name in self._by_name:  # one would shadow the other: refuse rather than guess
+                raise DumpError(f"{self.root}: two records are named {r.name!r} (names must be unique within a part)")
+            self._by_name[r.name] = r
 
     # -- what a format provides ---------------------------------------------------------------
     @abstractmethod
@@ -130,18 +136,19 @@ def _regex(pattern: str, what: str) -> re.Pattern[str]:
 
 
 def _map_span(span: TensorSpan, rec: Record, copy: bool) -> np.ndarray:
-    """Memory-map a span read-only, after checking it against its record and the file's real size."""
+    """Read a span (memory-mapped, read-only) after checking it against its record and the file's real
+    size, and its content hash where the record has one."""
     if span.numel != rec.numel or span.dtype != rec.dtype:
         raise DumpError(f"{span.path}: tensor {rec.name!r} is {span.dtype}{list(span.shape)} in the file but "
                         f"{rec.dtype}{list(rec.shape)} in the record")
     np_dtype = numpy_dtype(span.dtype)
-    try:
-        size = span.path.stat().st_size
-    except OSError as exc:
-        raise DumpError(f"{span.path}: cannot read tensor file: {exc.strerror or exc}") from None
+    size = regular_size(span.path, what="tensor file")
     if span.offset < 0 or span.offset + span.nbytes > size:
         raise DumpError(f"{span.path}: tensor {rec.name!r} is truncated or its offsets are wrong")
     if span.numel == 0:
-        return np.zeros(rec.shape, dtype=np_dtype)
-    arr = np.memmap(span.path, dtype=np_dtype, mode="r", offset=span.offset, shape=(span.numel,)).reshape(rec.shape)
+        arr = np.zeros(rec.shape, dtype=np_dtype)
+    else:
+        arr = np.memmap(span.path, dtype=np_dtype, mode="r", offset=span.offset, shape=(span.numel,)).reshape(rec.shape)
+    if span.hash and span.hash.startswith("xxh3:") and content_hash(arr, span.dtype, tuple(rec.shape)) != span.hash:
+        raise DumpError(f"{span.path}: tensor {rec.name!r} does not match its recorded hash (corrupt shard)")
     return np.array(arr) if copy else arr

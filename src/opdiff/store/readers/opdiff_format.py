@@ -6,7 +6,6 @@ A run cut off mid-way loads up to its last complete record and says so (`Dump.co
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -15,86 +14,49 @@ from typing import Any
 
 from ...base.errors import DumpError
 from ...base.record import Record
+from ...base.safepath import inside, open_regular
 from ..format import (
-    FORMAT_NAME,
-    FORMAT_VERSION,
     INDEX_FILE,
     META_FILE,
-    SAFETENSORS_TO_NAME,
     part_dir,
 )
-from ..names import KIND_CALL, KIND_TENSOR, is_call_line, line_kind
 from ..source import Dump, TensorSpan
+from ..validate import MAX_HEADER_BYTES, ShardHeader, read_calls, read_index, read_meta, same_layout, shard_entries
 
 _PART_RE = re.compile(r"^rank(\d+)$")
 _STEP_RE = re.compile(r"^step(\d+)$")
-MAX_HEADER_BYTES = 100 << 20
-
-
-@dataclass
-class ShardHeader:
-    """Parsed safetensors header: key -> (dtype name, shape, absolute start, end)."""
-
-    path: Path
-    size: int
-    entries: dict[str, tuple[str, tuple[int, ...], int, int]]
 
 
 def read_shard_header(path: Path) -> ShardHeader:
-    """Parse and validate a safetensors header; every error names the file."""
+    """Parse and check a safetensors header against the file's real size; every error names the file."""
+    fd, size = open_regular(path, what="shard")
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise DumpError(f"{path}: truncated shard (no safetensors header)")
-            n = int.from_bytes(head, "little")
-            if n <= 0 or n > MAX_HEADER_BYTES or 8 + n > size:
-                raise DumpError(f"{path}: bad safetensors header length {n} (file is {size} bytes)")
-            raw = f.read(n)
-    except FileNotFoundError:
-        raise DumpError(f"{path}: shard file is missing") from None
+        head = os.pread(fd, 8, 0)
+        if len(head) < 8:
+            raise DumpError(f"{path}: truncated shard (no safetensors header)")
+        n = int.from_bytes(head, "little")
+        if n < 2 or n > MAX_HEADER_BYTES or 8 + n > size:
+            raise DumpError(f"{path}: bad safetensors header length {n} (file is {size} bytes)")
+        raw = os.pread(fd, n, 8)
     except OSError as exc:
         raise DumpError(f"{path}: cannot read shard: {exc.strerror or exc}") from None
-    try:
-        header = json.loads(raw)
-        if not isinstance(header, dict):
-            raise ValueError("not an object")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DumpError(f"{path}: corrupt safetensors header ({exc})") from None
-    base = 8 + n
-    entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
-    for key, info in header.items():
-        if key == "__metadata__":
-            continue
-        try:
-            dtype = SAFETENSORS_TO_NAME[info["dtype"]]
-            shape = tuple(int(s) for s in info["shape"])
-            start, end = (int(x) for x in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise DumpError(f"{path}: corrupt safetensors header entry for {key!r}") from None
-        entries[key] = (dtype, shape, base + start, base + end)
-    return ShardHeader(path=path, size=size, entries=entries)
+    finally:
+        os.close(fd)
+    if len(raw) != n:
+        raise DumpError(f"{path}: shard ended inside its header")
+    return shard_entries(path, raw, n, size)
 
 
-def _read_meta(root: Path) -> dict[str, Any]:
+def _read_meta(root: Path) -> tuple[dict[str, Any], list[str]]:
     meta_path = root / META_FILE
     if not root.exists():
         raise DumpError(f"{root}: no such dump directory")
     if not root.is_dir():
         raise DumpError(f"{root}: not a directory (a dump is a directory with {META_FILE})")
-    if not meta_path.exists():
+    if not meta_path.exists() and not meta_path.is_symlink():
         raise DumpError(f"{root}: not an opdiff dump (no {META_FILE})")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DumpError(f"{meta_path}: corrupt meta.json ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise DumpError(f"{meta_path}: not an opdiff dump (format is {meta.get('format') if isinstance(meta, dict) else None!r})")
-    version = meta.get("format_version")
-    if version != FORMAT_VERSION:
-        raise DumpError(f"{meta_path}: dump format version {version} is not supported (this opdiff reads version {FORMAT_VERSION})")
-    return meta
+    inside(root, META_FILE, what=META_FILE)
+    return read_meta(meta_path)
 
 
 def _find_run_root(path: Path) -> tuple[Path, int | None, int | None]:
@@ -120,40 +82,18 @@ def list_parts(path: str | os.PathLike[str]) -> list[tuple[int, int]]:
 
 def _scan_parts(root: Path) -> list[tuple[int, int]]:
     parts = []
-    for rank_dir in root.iterdir():
-        m = _PART_RE.match(rank_dir.name)
-        if not (m and rank_dir.is_dir()):
-            continue
-        for step_dir in rank_dir.iterdir():
-            s = _STEP_RE.match(step_dir.name)
-            if s and (step_dir / INDEX_FILE).exists():
-                parts.append((int(m.group(1)), int(s.group(1))))
-    return sorted(parts)
-
-
-def _read_index(index_path: Path) -> tuple[list[Record], list[str]]:
-    """Records of an index; a cut-off last line is dropped and reported, other damage is an error."""
-    problems: list[str] = []
-    records: list[Record] = []
     try:
-        data = index_path.read_bytes()
+        for rank_dir in root.iterdir():
+            m = _PART_RE.match(rank_dir.name)
+            if not (m and rank_dir.is_dir()):
+                continue
+            for step_dir in rank_dir.iterdir():
+                s = _STEP_RE.match(step_dir.name)
+                if s and os.path.lexists(step_dir / INDEX_FILE):
+                    parts.append((int(m.group(1)), int(s.group(1))))
     except OSError as exc:
-        raise DumpError(f"{index_path}: cannot read index: {exc.strerror or exc}") from None
-    lines = data.split(b"\n")
-    tail = lines.pop()  # b"" when the file ends with a newline
-    if tail.strip():
-        problems.append(f"{index_path}: last line is cut off (run stopped mid-write); read up to record {len(lines)}")
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            if line_kind(obj) != KIND_TENSOR:
-                continue  # other line kinds (e.g. call descriptions) are read by who needs them
-            records.append(Record.from_json(obj))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise DumpError(f"{index_path}:{lineno}: corrupt index record ({type(exc).__name__}: {exc})") from None
-    return records, problems
+        raise DumpError(f"{root}: cannot list the dump's parts: {exc.strerror or exc}") from None
+    return sorted(parts)
 
 
 NAME = "opdiff"
@@ -173,45 +113,38 @@ class OpdiffDump(Dump):
     @property
     def calls(self) -> list[dict[str, Any]]:
         """The optional call-description lines of the index (kind == "call"), for replay."""
-        out = []
-        with open(self.dir / INDEX_FILE, "rb") as f:
-            for line in f:
-                if is_call_line(line):
-                    try:
-                        obj = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(obj, dict) and line_kind(obj) == KIND_CALL:
-                        out.append(obj)
-        return out
+        return read_calls(self.dir / INDEX_FILE)
 
     def header(self, rel: str) -> ShardHeader:
+        """A shard's checked header; the shard must resolve inside the dump (symlinks included)."""
         h = self._headers.get(rel)
         if h is None:
-            h = self._headers[rel] = read_shard_header(self.dir / rel)
+            path = inside(self.dir, rel, what="shard path", within=self.root)
+            h = self._headers[rel] = read_shard_header(path)
         return h
 
     def span(self, rec: Record) -> TensorSpan:
-        """Where the record's bytes lie in its shard, checked against the shard's header."""
+        """Where the record's bytes lie in its shard; the shard's header and the record must agree."""
         if rec.data is None:
             raise DumpError(f"{self.dir}: record {rec.name!r} has no tensor data (captured in stats or hash mode)")
         h = self.header(rec.data["file"])
         entry = h.entries.get(rec.data["key"])
         if entry is None:
-            raise DumpError(f"{h.path}: shard has no tensor {rec.data['key']!r}")
+            raise DumpError(f"{h.path}: shard has no tensor {rec.data['key']!r} (record {rec.name!r})")
         dtype, shape, start, end = entry
+        if dtype != rec.dtype or not same_layout(shape, tuple(rec.shape)):
+            raise DumpError(f"{h.path}: tensor {rec.data['key']!r} is {dtype}{list(shape)} in the shard but "
+                            f"{rec.dtype}{list(rec.shape)} in the index")
         span = TensorSpan(path=h.path, offset=start, dtype=dtype, shape=tuple(rec.shape), hash=rec.hash)
-        if end - start != span.nbytes or end > h.size:
+        if end - start != span.nbytes or end > h.size:  # checked by the header parser; kept as a guard
             raise DumpError(f"{h.path}: tensor {rec.data['key']!r} is truncated or its offsets are wrong")
         return span
 
     def check(self) -> None:
-        """Every shard the index refers to exists, has a sound header and holds all its bytes."""
+        """Every shard the index refers to resolves inside the dump, is a regular file with a sound header
+        whose entries all lie inside it (checked when the header is read)."""
         for rel in sorted({r.data["file"] for r in self.records if r.data is not None}):
-            h = self.header(rel)
-            end = max((e[3] for e in h.entries.values()), default=0)
-            if end > h.size:
-                raise DumpError(f"{h.path}: truncated shard ({h.size} bytes, its header needs {end})")
+            self.header(rel)
 
     def with_part(self, rank: int, step: int) -> OpdiffDump:
         return open_dump(self.root, rank=rank, step=step)
@@ -231,7 +164,7 @@ def open_dump(path: str | os.PathLike[str], rank: int | None = None, step: int |
     root, p_rank, p_step = _find_run_root(Path(path))
     rank = p_rank if rank is None else rank
     step = p_step if step is None else step
-    meta = _read_meta(root)
+    meta, meta_problems = _read_meta(root)
     parts = _scan_parts(root)
     if not parts:
         raise DumpError(f"{root}: dump has no records (no rank*/step*/{INDEX_FILE})")
@@ -240,7 +173,6 @@ def open_dump(path: str | os.PathLike[str], rank: int | None = None, step: int |
         have = ", ".join(f"rank {r} step {s}" for r, s in parts)
         raise DumpError(f"{root}: no part for rank {rank} step {step} (has {have})")
     r, s = wanted[0]
-    records, problems = _read_index(root / part_dir(r, s) / INDEX_FILE)
-    if meta.get("complete") is not True:
-        problems.insert(0, f"{root / META_FILE}: capture did not finish (run was cut off or raised)")
-    return OpdiffDump(root=root, meta=meta, rank=r, step=s, records=records, parts=parts, problems=problems)
+    index = inside(root, f"{part_dir(r, s)}/{INDEX_FILE}", what="index")
+    records, problems = read_index(index)
+    return OpdiffDump(root=root, meta=meta, rank=r, step=s, records=records, parts=parts, problems=meta_problems + problems)

@@ -1,0 +1,155 @@
+"""What a record without a counterpart means: one rule for compare, diagnose and the library.
+
+Every unmatched record is reported (listed, counted, warned about). It fails the run (compare's exit
+code and `Comparison.passed()`, diagnose's verdict: never `pass`) only when it may carry a difference
+that no compared pair shows (docs/reliability.md):
+
+- it is an output of the model itself (the root module's output): nothing after it can show what it holds;
+- most of a run has no counterpart (more than `MOSTLY_UNMATCHED` of one side's records, casts, copies and
+  views aside): the pairs compared say too little about the run;
+- nothing downstream of it was compared: no compared record consumes what its op made (`Record.src`
+  links, followed through other unmatched ops), and none comes after it in its own module, inside it,
+  or in an enclosing module other than the root.
+
+Everything else is an op one run adds or lacks whose effect the compared pairs after it show: a cast,
+copy or view (e.g. the casts bf16 autocast inserts), a fused kernel against its eager decomposition, an
+extra output of a call whose other tensors were compared. Whether those downstream pairs agree is the
+pairs' own verdict, which already decides the run. The root module's output alone does not vouch for an
+op: a whole model's output is too coarse to show a difference made deep inside it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..base.pair import PairResult
+from ..base.record import Record
+
+MOSTLY_UNMATCHED = 0.6  # share of one side's records without counterpart (casts, copies, views aside)
+
+WHY_MODEL_OUTPUT = "an output of the model"
+WHY_MOSTLY = "most of the run has no counterpart"
+WHY_UNOBSERVED = "nothing compared downstream of it"
+
+# op names (any level: aten "aten._to_copy.default", api "torch.Tensor.to", module "Identity") whose
+# output holds the same values as their input, up to dtype, layout or storage
+_TRANSPARENT = re.compile(
+    r"(^|[.:/])(_?to(_copy)?|to_dtype|type_as|type|float|double|half|bfloat16|int|long|bool|copy_?|clone|contiguous"
+    r"|_?(unsafe_)?view(_as)?|reshape(_as)?|_reshape_alias|expand(_as)?|squeeze_?|unsqueeze_?|flatten|unflatten"
+    r"|t|transpose_?|permute|alias|detach_?|lift_fresh|identity|Identity|_autocast_to_(reduced|full)_precision"
+    r"|slice|select|split|chunk|narrow|as_strided|unbind|_unsafe_view)"
+    r"(\.(default|Tensor|int|dtype|dtype_layout|other|self|using_ints|Scalar|memory_format|copy|out))?$")
+
+
+def is_transparent(rec: Record) -> bool:
+    """True for a record of an op that only casts, copies or views its input."""
+    return bool(_TRANSPARENT.search(rec.op))
+
+
+def is_model_output(rec: Record) -> bool:
+    """A forward output of the root model call."""
+    return rec.module == "" and rec.role == "output" and rec.level == "module" and rec.direction == "forward"
+
+
+@dataclass(frozen=True)
+class Failing:
+    """An unmatched record that fails the run, and why."""
+
+    record: Record
+    side: str  # golden | target
+    why: str
+
+
+def _ancestors(module: str) -> list[str]:
+    """Proper ancestors of a module path, nearest first, the root ("") excluded."""
+    parts = module.split(".") if module else []
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+
+
+class _Side:
+    """One side's records as the rule sees them: which were paired, module scopes, dataflow links."""
+
+    def __init__(self, recs: list[Record], paired: set[int]) -> None:
+        self.paired = paired
+        self.own_last: dict[str, int] = {}  # module -> index of its last paired record
+        self.tree_last: dict[str, int] = {}  # module -> index of the last paired record in its subtree
+        self.by_node: dict[str, list[Record]] = defaultdict(list)
+        self.consumers: dict[str, list[Record]] = defaultdict(list)  # record name -> records made from it
+        for r in recs:
+            self.by_node[r.node].append(r)
+            if r.src:
+                self.consumers[r.src].append(r)
+            if id(r) in paired:
+                self.own_last[r.module] = max(self.own_last.get(r.module, -1), r.index)
+                for m in [r.module, *_ancestors(r.module), ""] if r.module else [""]:
+                    self.tree_last[m] = max(self.tree_last.get(m, -1), r.index)
+
+    def observed_in_scope(self, rec: Record) -> bool:
+        """A paired record after `rec` in its module, inside it, or in an enclosing module but the root."""
+        if self.tree_last.get(rec.module, -1) > rec.index:
+            return True
+        return any(self.own_last.get(a, -1) > rec.index for a in _ancestors(rec.module))
+
+    def observed_downstream(self, rec: Record) -> bool:
+        """A paired record made from what rec's op produced, through other unpaired ops (`Record.src`)."""
+        seen = {rec.node}
+        todo = [rec.node]
+        while todo:
+            for out in self.by_node[todo.pop()]:
+                if out.role != "output":
+                    continue
+                for c in self.consumers.get(out.name, ()):
+                    if id(c) in self.paired:
+                        return True
+                    if c.node not in seen:
+                        seen.add(c.node)
+                        todo.append(c.node)
+        return False
+
+
+def failing_unmatched(results: Sequence[PairResult], unmatched: dict[str, list[Record]]) -> list[Failing]:
+    """The records of `unmatched` (by side, as `Comparison.unmatched` gives them) that fail the run.
+
+    `results` are all pairs of the comparison: what was paired, in which order each side ran."""
+    out: list[Failing] = []
+    for side in ("golden", "target"):
+        un = unmatched.get(side) or []
+        if not un:
+            continue
+        recs: list[Record] = []
+        paired: set[int] = set()
+        for p in results:
+            r = getattr(p, side)
+            if r is not None:
+                recs.append(r)
+                if p.golden is not None and p.target is not None:
+                    paired.add(id(r))
+            for g in p.golden_group if side == "golden" else ():
+                if g is not r:
+                    recs.append(g)
+                    paired.add(id(g))
+        substantive = [r for r in un if not is_transparent(r)]
+        mostly = len(recs) > 0 and len(substantive) > MOSTLY_UNMATCHED * len(recs)
+        view: _Side | None = None
+        for r in un:
+            if is_model_output(r):
+                out.append(Failing(r, side, WHY_MODEL_OUTPUT))
+            elif is_transparent(r):
+                continue
+            elif mostly:
+                out.append(Failing(r, side, WHY_MOSTLY))
+            else:
+                view = view or _Side(recs, paired)
+                if not (view.observed_in_scope(r) or view.observed_downstream(r)):
+                    out.append(Failing(r, side, WHY_UNOBSERVED))
+    return out
+
+
+def describe(failing: Sequence[Failing], show: int = 5) -> str:
+    """One line naming the failing unmatched records and why they fail."""
+    shown = ", ".join(f"{f.record.name} ({f.why})" for f in failing[:show])
+    more = f", ... ({len(failing) - show} more)" if len(failing) > show else ""
+    return f"{len(failing)} record(s) have no counterpart and may carry a difference no compared pair shows: {shown}{more}"

@@ -1,0 +1,53 @@
+"""What diagnose may not pass over: pairs it could not read, and records without counterpart that may
+carry a difference no compared pair shows (compare/unmatched.py, the rule compare applies too). Either
+one turns a `pass` into `inconclusive` (exit 1), with the records named, so that diagnose, compare and
+`Comparison.passed()` agree (docs/reliability.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..base.pair import PairResult
+from ..compare.unmatched import Failing, describe
+
+INCONCLUSIVE = "inconclusive"
+_SHOW = 5
+
+
+def _names(rs: list[Any]) -> str:
+    shown = ", ".join(r.name for r in rs[:_SHOW])
+    return shown + (f", ... ({len(rs) - _SHOW} more)" if len(rs) > _SHOW else "")
+
+
+def unreadable_warning(pairs: list[PairResult]) -> str | None:
+    bad = [p for p in pairs if p.status == "error"]
+    if not bad:
+        return None
+    return (f"{len(bad)} pair(s) could not be read and were not compared (they never count as agreement): "
+            f"{_names(bad)}; first reason: {bad[0].err_message}")
+
+
+def unmatched_differences(comparison: Any, pairs: list[PairResult]) -> list[Failing]:
+    """The comparison's failing unmatched records (Comparison.failing_unmatched) that lie among `pairs`."""
+    keep = {id(p.golden or p.target) for p in pairs}
+    return [f for f in comparison.failing_unmatched() if id(f.record) in keep]
+
+
+def apply(diag: Any, comparison: Any, pairs: list[PairResult]) -> None:
+    """Name unreadable pairs and unmatched records that fail the run (compare/unmatched.py); neither is a pass."""
+    reasons = []
+    warn = unreadable_warning(pairs)
+    if warn:
+        diag.warnings.insert(0, warn)
+        reasons.append("some pairs could not be read")
+    extra = unmatched_differences(comparison, pairs)
+    if extra:
+        diag.warnings.insert(0, describe(extra))
+        reasons.append("records without counterpart that no compared pair vouches for")
+    if reasons and diag.verdict == "pass":
+        diag.verdict = INCONCLUSIVE
+        diag.summary = ("nothing wrong among the pairs compared, but " + " and ".join(reasons) +
+                        ": not a pass (see warnings)")
+        diag.advice = ("Check the records the warnings name: make the data readable, capture both runs so "
+                       "that what those records feed is recorded too, or (compare) accept unmatched records "
+                       "with --allow-unmatched when the runs differ there on purpose.")

@@ -1,0 +1,218 @@
+"""Checks on everything opdiff's own reader takes from disk, before any of it is used.
+
+meta.json, each index line and each safetensors header entry are checked for type, range and
+agreement with each other; the index and the shard never trust each other (docs/reliability.md).
+Every failure is a DumpError naming the file (and line) and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..base.errors import DumpError
+from ..base.record import Record
+from ..base.safepath import read_regular
+from .format import DTYPES, FORMAT_NAME, FORMAT_VERSION, SAFETENSORS_TO_NAME
+from .names import KIND_CALL, KIND_TENSOR, is_call_line, line_kind
+
+MAX_META_BYTES = 64 << 20
+MAX_HEADER_BYTES = 100 << 20
+META_TEXT_FIELDS = ("framework", "framework_version", "model", "device", "default_dtype", "level", "mode",
+                    "capture_backend", "source_format")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"key {k!r} appears twice")
+        out[k] = v
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json(raw: bytes | str, *, finite: bool = False) -> Any:
+    """Strict JSON: a repeated key is an error (which of the two would win is a guess); with `finite`,
+    so are NaN and Infinity (not JSON, and every report that copies the value would choke on it)."""
+    try:
+        if finite:
+            return json.loads(raw, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+        return json.loads(raw, object_pairs_hook=_no_duplicate_keys)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 ({exc.reason})") from None
+
+
+def read_meta(meta_path: Path) -> tuple[dict[str, Any], list[str]]:
+    """meta.json checked: (meta, problems). A meta that does not say `"complete": true` is a problem."""
+    raw = read_regular(meta_path, what="meta.json", limit=MAX_META_BYTES)
+    try:
+        meta = parse_json(raw, finite=True)
+    except ValueError as exc:
+        raise DumpError(f"{meta_path}: corrupt meta.json ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        got = meta.get("format") if isinstance(meta, dict) else None
+        raise DumpError(f"{meta_path}: not an opdiff dump (format is {got!r}, expected {FORMAT_NAME!r})")
+    version = meta.get("format_version")
+    if isinstance(version, bool) or version != FORMAT_VERSION or not isinstance(version, int):
+        raise DumpError(f"{meta_path}: dump format version {version!r} is not supported "
+                        f"(this opdiff reads version {FORMAT_VERSION})")
+    for key in META_TEXT_FIELDS:
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise DumpError(f"{meta_path}: field {key!r} must be a string, not {type(meta[key]).__name__}")
+    problems = []
+    complete = meta.get("complete")
+    if not isinstance(complete, bool):
+        problems.append(f"{meta_path}: field 'complete' is {complete!r}, not true or false: read as not finished")
+    elif not complete:
+        problems.append(f"{meta_path}: capture did not finish (run was cut off or raised)")
+    return meta, problems
+
+
+def check_record(rec: Record) -> None:
+    """What Record.from_json cannot know: the dtype is one the format has, the shard path is sane."""
+    if rec.dtype not in DTYPES:
+        raise ValueError(f"field 'dtype': unknown dtype {rec.dtype!r}")
+    if rec.stats is not None and rec.stats.numel != rec.numel:
+        raise ValueError(f"field 'stats.numel' is {rec.stats.numel} but the shape {list(rec.shape)} holds {rec.numel}")
+    if rec.data is not None:
+        if not rec.data["key"]:  # opdiff's own shards name every tensor (foreign readers may leave it empty)
+            raise ValueError("field 'data.key' is empty")
+        f = rec.data["file"]
+        if f.startswith(("/", "\\")) or ".." in f.replace("\\", "/").split("/") or (len(f) > 1 and f[1] == ":"):
+            raise ValueError(f"field 'data.file' {f!r} leaves the dump directory (refused)")
+
+
+def read_index(index_path: Path) -> tuple[list[Record], list[str]]:
+    """Records of an index, each line checked; a cut-off last line is dropped and reported.
+
+    Other damage (a bad field, a repeated name, a record index out of sequence: a lost or moved line) is a
+    DumpError naming file:line and the field."""
+    problems: list[str] = []
+    records: list[Record] = []
+    seen: dict[str, int] = {}
+    lines = read_regular(index_path, what="index").split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline
+    if tail.strip():
+        problems.append(f"{index_path}: last line is cut off (run stopped mid-write); read up to line {len(lines)}")
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = parse_json(line)
+            if not isinstance(obj, dict):
+                raise ValueError(f"a line must be a JSON object, not {type(obj).__name__}")
+            kind = line_kind(obj)
+            if kind != KIND_TENSOR:
+                if not kind:
+                    raise ValueError(f"field 'kind' must be a string, not {type(obj.get('kind')).__name__}")
+                continue  # other line kinds (e.g. call descriptions) are read by who needs them
+            rec = Record.from_json(obj)
+            check_record(rec)
+        except ValueError as exc:
+            raise DumpError(f"{index_path}:{lineno}: corrupt index record: {exc}") from None
+        if rec.index != len(records):  # the writer numbers records 0, 1, 2, ... in execution order
+            raise DumpError(f"{index_path}:{lineno}: record index {rec.index} where {len(records)} was expected: "
+                            "an index line is missing or out of order (the index was edited or damaged)")
+        if rec.name in seen:
+            raise DumpError(f"{index_path}:{lineno}: record name {rec.name!r} repeats line {seen[rec.name]} "
+                            "(names must be unique within a part; refused rather than shadowed)")
+        seen[rec.name] = lineno
+        records.append(rec)
+    return records, problems
+
+
+def read_calls(index_path: Path) -> list[dict[str, Any]]:
+    """The call-description lines of an index (kind == "call") that are sound JSON objects with a node name."""
+    out = []
+    for line in read_regular(index_path, what="index").split(b"\n"):
+        if not is_call_line(line):
+            continue
+        try:
+            obj = parse_json(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and line_kind(obj) == KIND_CALL and isinstance(obj.get("node"), str):
+            out.append(obj)
+    return out
+
+
+@dataclass
+class ShardHeader:
+    """Parsed safetensors header: key -> (dtype name, shape, absolute start, end)."""
+
+    path: Path
+    size: int
+    entries: dict[str, tuple[str, tuple[int, ...], int, int]]
+
+
+def parse_shard_header(path: Path, head: bytes, size: int) -> tuple[int, ShardHeader | None]:
+    """From the first 8 bytes: the header length (checked against the file's real size)."""
+    if len(head) < 8:
+        raise DumpError(f"{path}: truncated shard (no safetensors header)")
+    n = int.from_bytes(head[:8], "little")
+    if n <= 1 or n > MAX_HEADER_BYTES or 8 + n > size:
+        raise DumpError(f"{path}: bad safetensors header length {n} (file is {size} bytes)")
+    return n, None
+
+
+def shard_entries(path: Path, raw: bytes, n: int, size: int) -> ShardHeader:
+    """Every entry of a safetensors header checked: known dtype, sizes, offsets inside the file that
+    hold exactly the shape's bytes and overlap no other tensor."""
+    try:
+        header = parse_json(raw)
+        if not isinstance(header, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        raise DumpError(f"{path}: corrupt safetensors header ({exc})") from None
+    base = 8 + n
+    entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            entries[key] = _entry(info, base, size)
+        except ValueError as exc:
+            raise DumpError(f"{path}: corrupt safetensors header entry for {key!r}: {exc}") from None
+    spans = sorted((e[2], e[3], k) for k, e in entries.items() if e[3] > e[2])
+    for (_, e0, k0), (s1, _, k1) in zip(spans, spans[1:]):
+        if s1 < e0:
+            raise DumpError(f"{path}: tensors {k0!r} and {k1!r} overlap in the shard (corrupt header)")
+    return ShardHeader(path=path, size=size, entries=entries)
+
+
+def _entry(info: Any, base: int, size: int) -> tuple[str, tuple[int, ...], int, int]:
+    if not isinstance(info, dict):
+        raise ValueError("not an object")
+    code = info.get("dtype")
+    if not isinstance(code, str) or code not in SAFETENSORS_TO_NAME:
+        raise ValueError(f"unknown dtype {code!r}")
+    dtype = SAFETENSORS_TO_NAME[code]
+    shape, offs = info.get("shape"), info.get("data_offsets")
+    if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        raise ValueError(f"bad shape {shape!r}")
+    if (not isinstance(offs, list) or len(offs) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offs)):
+        raise ValueError(f"bad data_offsets {offs!r}")
+    start, end = base + offs[0], base + offs[1]
+    if end < start:
+        raise ValueError(f"data_offsets {offs} end before they start")
+    if end > size:
+        raise ValueError(f"truncated shard: data_offsets {offs} end past the file's end ({size} bytes)")
+    nbytes = math.prod(shape) * DTYPES[dtype][0].itemsize
+    if end - start != nbytes:
+        raise ValueError(f"data_offsets {offs} hold {end - start} bytes but {dtype}{shape} needs {nbytes}")
+    return dtype, tuple(shape), start, end
+
+
+def same_layout(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Shapes that lay out the same elements: equal once size-1 dimensions are dropped ([] and [1])."""
+    return tuple(s for s in a if s != 1) == tuple(s for s in b if s != 1)

@@ -1,0 +1,68 @@
+"""base/outdir.write_atomic: each output written to a uniquely named temporary (file or folder) in the
+output directory and renamed into place; the temporary removed when writing fails; a symlink at the
+output's name replaced, never written through."""
+
+from __future__ import annotations
+
+import pytest
+
+from opdiff.base.outdir import write_atomic
+
+
+def _names(d):
+    return sorted(p.name for p in d.iterdir())
+
+
+def test_file_written_through_a_unique_temporary(tmp_path):
+    seen = []
+
+    def write(tmp):
+        seen.append(tmp)
+        tmp.write_text("x")
+
+    for _ in range(3):  # the same output again and again: a new temporary name each time, none left behind
+        write_atomic(tmp_path / "report.json", write)
+    assert len({p.name for p in seen}) == 3 and all(p.parent == tmp_path for p in seen)
+    assert _names(tmp_path) == ["report.json"]
+
+
+def test_failed_write_leaves_nothing_behind(tmp_path):
+    (tmp_path / "report.json").write_text("old")
+
+    def fail(tmp):
+        (tmp / "x.json" if tmp.is_dir() else tmp).write_text("half")
+        raise RuntimeError("disk full")
+
+    for directory in (False, True):
+        with pytest.raises(RuntimeError):
+            write_atomic(tmp_path / ("overlays" if directory else "report.json"), fail, directory=directory)
+    assert _names(tmp_path) == ["report.json"] and (tmp_path / "report.json").read_text() == "old"
+
+
+def test_folder_output_replaced_whole(tmp_path):
+    out = tmp_path / "model-explorer"
+
+    def write(files):
+        def w(tmp):
+            tmp.mkdir(parents=True, exist_ok=True)  # a writer that makes its folder itself
+            for f in files:
+                (tmp / f).write_text(f)
+        return w
+
+    write_atomic(out, write(["a.json", "b.json"]), directory=True)
+    write_atomic(out, write(["c.json"]), directory=True)  # --force: an earlier run's folder is replaced
+    assert _names(out) == ["c.json"] and _names(tmp_path) == ["model-explorer"]
+
+
+def test_symlink_is_replaced_not_followed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    d = tmp_path / "out"
+    d.mkdir()
+    (d / "report.json").symlink_to(victim)
+    (d / "model-explorer").symlink_to(tmp_path)
+    write_atomic(d / "report.json", lambda tmp: tmp.write_text("report"))
+    write_atomic(d / "model-explorer", lambda tmp: (tmp / "x.json").write_text("{}"), directory=True)
+    assert victim.read_text() == "mine" and not (d / "report.json").is_symlink()
+    assert not (d / "model-explorer").is_symlink() and _names(d / "model-explorer") == ["x.json"]
+    assert _names(tmp_path) == ["out", "victim.txt"]

@@ -1,0 +1,119 @@
+"""The one rule for records without counterpart (compare/unmatched.py, docs/reliability.md): always
+reported; a failure of compare (exit 1, `Comparison.passed()`) and a non-pass of diagnose (verdict,
+exit 1) only when such a record may carry a difference no compared pair shows. Both commands agree."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from opdiff.compare.run import compare
+from opdiff.compare.unmatched import WHY_MODEL_OUTPUT, WHY_MOSTLY, WHY_UNOBSERVED
+from opdiff.diagnose import diagnose
+from opdiff.testing.synthetic import OpRun, Tensor, write_dump
+from trust_helpers import run_cli
+
+RNG = np.random.default_rng(3)
+X = RNG.standard_normal((4, 8)).astype(np.float32)
+H = RNG.standard_normal((4, 8)).astype(np.float32)
+Y = np.tanh(H).astype(np.float32)
+
+
+def _run(*, fused: bool = False, inside: list[Tensor] | None = None, after: list[Tensor] | None = None,
+         outputs: int = 1) -> list[Tensor]:
+    """A model with one block (a Linear then a Tanh); `fused`: the block computed by one kernel (its
+    children not recorded); `inside`: extra records in the block; `after`: extra records after it."""
+    ts = [Tensor("", "Model", "input", "0", X), Tensor("blk", "Block", "input", "0", X)]
+    ts += inside or []
+    if not fused:
+        ts += [Tensor("blk.fc", "Linear", "output", "0", H), Tensor("blk.act", "Tanh", "output", "0", Y)]
+    ts.append(Tensor("blk", "Block", "output", "0", Y))
+    ts += after or []
+    ts += [Tensor("", "Model", "output", str(i), Y * (i + 1)) for i in range(outputs)]
+    return ts
+
+
+CASES = {  # name: (target tensors, passes, why the failing records fail)
+    "fused": (_run(fused=True), True, None),
+    "decomposed": (_run(inside=[Tensor("blk.fc", "Mul", "output", "0", H * 2)]), True, None),
+    "model_output": (_run(outputs=2), False, WHY_MODEL_OUTPUT),
+    "unobserved": (_run(after=[Tensor("head", "Linear", "output", "0", Y * 3)]), False, WHY_UNOBSERVED),
+    "mostly": (_run(inside=[Tensor("blk.fc", "Mul", "output", "0", H, call=i) for i in range(20)]), False, WHY_MOSTLY),
+}
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory):
+    base = tmp_path_factory.mktemp("unmatched")
+    write_dump(base / "golden", _run())
+    for name, (ts, _, _) in CASES.items():
+        write_dump(base / name, ts)
+    return base
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_compare_and_diagnose_agree_on_unmatched_records(dumps, tmp_path, case):
+    _, passes, why = CASES[case]
+    g, t = dumps / "golden", dumps / case
+    cmp = compare(g, t)
+    assert cmp.unmatched("golden") or cmp.unmatched("target")
+    assert cmp.counts()["FAIL"] == 0  # every compared pair agrees: only the unmatched records decide
+    failing = cmp.failing_unmatched()
+    assert cmp.passed() is passes and (not failing) is passes
+    if why is not None:
+        assert {f.why for f in failing} == {why}
+    diag = diagnose(g, t, replay=False)
+    assert (diag.verdict == "pass") is passes, (diag.verdict, diag.summary)
+    c = run_cli("compare", g, t, "-o", tmp_path / "o", "--format", "json", "--no-progress")
+    d = run_cli("diagnose", g, t, "--no-replay", "--json")
+    assert c.code == d.code == (0 if passes else 1), c.text + d.text
+    assert "unmatched" in c.out  # reported either way
+    assert cmp.passed(allow_unmatched=True)
+    if not passes:
+        assert any("no counterpart" in w and why in w for w in json.loads(d.out)["warnings"])
+
+
+def test_an_added_op_is_vouched_for_by_what_consumes_it(tmp_path):
+    """Producer links (`src`): an op the target adds whose output a compared op consumes passes, even in a
+    module of its own; the same op whose output nothing compared consumes fails."""
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    for name, consumed in (("golden", None), ("consumed", True), ("dead", False)):
+        run = OpRun(tmp_path / name)
+        src = run.op("a", "aten.exp.default", [(x, None)], [np.exp(x)])[0]
+        if consumed is not None:
+            extra = run.op("b", "aten.abs.default", [(np.exp(x), src)], [np.exp(x)])[0]
+            src = extra if consumed else src
+        run.op("c", "aten.tanh.default", [(np.exp(x), src)], [np.tanh(np.exp(x))])
+        run.close()
+    for name, passes in (("consumed", True), ("dead", False)):
+        cmp = compare(tmp_path / "golden", tmp_path / name)
+        assert [r.op for r in cmp.unmatched("target")] == ["aten.abs.default"] * 2
+        assert cmp.passed() is passes, [(f.record.name, f.why) for f in cmp.failing_unmatched()]
+
+
+def test_bf16_autocast_casts_do_not_fail_compare_and_both_commands_agree(tmp_path):
+    """The issue's example: an fp32 run against the same model under bf16 autocast, at aten level. The
+    casts autocast inserts are reported, and neither compare nor diagnose fails on them."""
+    torch = pytest.importorskip("torch")
+    from opdiff.capture import capture
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).eval()
+    x = torch.randn(4, 16)
+    with capture(m, tmp_path / "fp32", level="aten", mode="tensor"), torch.no_grad():
+        m(x)
+    with capture(m, tmp_path / "bf16", level="aten", mode="tensor"), torch.no_grad(), \
+            torch.autocast("cpu", dtype=torch.bfloat16):
+        m(x)
+    g, t = tmp_path / "fp32", tmp_path / "bf16"
+    cmp = compare(g, t)
+    casts = cmp.unmatched("target")
+    assert casts and {r.op for r in casts} == {"aten._to_copy.default"}
+    assert cmp.failing_unmatched() == [] and cmp.passed()
+    assert diagnose(g, t, replay=False).verdict == "pass"
+    c = run_cli("compare", g, t, "-o", tmp_path / "o", "--format", "json", "--no-progress")
+    d = run_cli("diagnose", g, t, "--no-replay")
+    assert c.code == d.code == 0, c.text + d.text
+    assert f"unmatched target records: {len(casts)}" in c.out
