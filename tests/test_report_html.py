@@ -16,23 +16,19 @@ from opdiff import load
 from opdiff.compare import compare
 from opdiff.diagnose import diagnose
 from opdiff.report import write_html
-from opdiff.store import DumpWriter, Record
-from opdiff.store.format import node_name, record_name
-from opdiff.store.stats import tensor_stats
+from opdiff.testing.synthetic import Tensor, write_dump
 
 
 def _dump(path, bad_layer: int | None) -> None:
+    """Five Tanh modules in a chain; the output of `bad_layer` (and so what follows) 1 % off."""
     rng = np.random.default_rng(1)
     x = rng.standard_normal((4, 8)).astype(np.float32)
-    with DumpWriter(path, {"framework": "numpy"}) as w:
-        w.begin(0, 0)
-        for i in range(5):
-            node = node_name(f"blocks.{i}", "Tanh", 0)
-            for role, arr in (("input", x), ("output", np.tanh(x) * np.float32(1.01 if i == bad_layer else 1.0))):
-                w.add(Record(index=0, name=record_name(node, "forward", role, "0"), node=node, module=f"blocks.{i}",
-                             op="Tanh", level="module", call=0, direction="forward", role=role, pos="0",
-                             dtype="float32", shape=arr.shape, stats=tensor_stats(arr)), arr)
-            x = np.tanh(x) * np.float32(1.01 if i == bad_layer else 1.0)
+    tensors = []
+    for i in range(5):
+        y = np.tanh(x) * np.float32(1.01 if i == bad_layer else 1.0)
+        tensors += [Tensor(f"blocks.{i}", "Tanh", "input", "0", x), Tensor(f"blocks.{i}", "Tanh", "output", "0", y)]
+        x = y
+    write_dump(path, tensors)
 
 
 class _Page(HTMLParser):

@@ -9,25 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opdiff.store import DumpWriter, Record
-from opdiff.store.format import node_name, record_name
-from opdiff.store.stats import content_hash, tensor_stats
+from opdiff.testing.synthetic import Tensor, write_dump
 
 OPDIFF = [sys.executable, "-m", "opdiff"]
 
 
 def _write(path: Path, scale_last: float) -> None:
+    """Four Linear outputs; the last one scaled by `scale_last`."""
     rng = np.random.default_rng(0)
-    with DumpWriter(path, {"framework": "numpy"}) as w:
-        w.begin(0, 0)
-        for i in range(4):
-            a = rng.standard_normal((3, 5)).astype(np.float32)
-            if i == 3:
-                a = a * np.float32(scale_last)
-            node = node_name(f"layers.{i}", "Linear", 0)
-            w.add(Record(index=0, name=record_name(node, "forward", "output", "0"), node=node, module=f"layers.{i}",
-                         op="Linear", level="module", call=0, direction="forward", role="output", pos="0",
-                         dtype="float32", shape=a.shape, stats=tensor_stats(a), hash=content_hash(a, "float32", a.shape)), a)
+    arrays = [rng.standard_normal((3, 5)).astype(np.float32) for _ in range(4)]
+    arrays[3] = arrays[3] * np.float32(scale_last)
+    write_dump(path, [Tensor(f"layers.{i}", "Linear", "output", "0", a) for i, a in enumerate(arrays)])
 
 
 @pytest.fixture(scope="module")

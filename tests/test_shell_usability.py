@@ -11,9 +11,8 @@ import pytest
 
 from opdiff import load
 from opdiff.shell import Session, Shell, complete_names
-from opdiff.store import DumpWriter, Record
 from opdiff.store.format import node_name, record_name
-from opdiff.store.stats import tensor_stats
+from opdiff.testing.synthetic import OpRun
 
 OPDIFF = [sys.executable, "-m", "opdiff"]
 
@@ -21,21 +20,18 @@ OPDIFF = [sys.executable, "-m", "opdiff"]
 def _write(path: Path, tweak: float) -> None:
     """Two LayerNorm-like calls; the call line of the second records its eps, as capture does."""
     rng = np.random.default_rng(0)
-    with DumpWriter(path, {"framework": "numpy"}) as w:
-        w.begin(0, 0)
-        for i in range(2):
-            node = node_name(f"blocks.{i}.ln", "aten.native_layer_norm.default", 0)
-            x = rng.standard_normal((4, 64)).astype(np.float32)
-            y = (x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True)
-            y = (y + np.float32(tweak) * (i == 1)).astype(np.float32)
-            for role, a in (("input", x), ("output", y)):
-                w.add(Record(index=0, name=record_name(node, "forward", role, "0"), node=node, module=f"blocks.{i}.ln",
-                             op="aten.native_layer_norm.default", level="aten", call=0, direction="forward", role=role,
-                             pos="0", dtype="float32", shape=a.shape, stats=tensor_stats(a)), a)
-            w.add_call({"node": node, "op": "aten.native_layer_norm.default", "module": f"blocks.{i}.ln", "level": "aten",
-                        "call": 0, "direction": "forward",
-                        "args": [{"tensor": record_name(node, "forward", "input", "0")}, [64], None, None, 1e-5 * (1 + i)],
-                        "kwargs": {}})
+    run = OpRun(path, level="aten")
+    op = "aten.native_layer_norm.default"
+    for i in range(2):
+        x = rng.standard_normal((4, 64)).astype(np.float32)
+        y = (x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True)
+        y = (y + np.float32(tweak) * (i == 1)).astype(np.float32)
+        run.op(f"blocks.{i}.ln", op, [(x, None)], [y])
+        node = node_name(f"blocks.{i}.ln", op, 0)
+        run.w.add_call({"node": node, "op": op, "module": f"blocks.{i}.ln", "level": "aten", "call": 0,
+                        "direction": "forward", "kwargs": {},
+                        "args": [{"tensor": record_name(node, "forward", "input", "0")}, [64], None, None, 1e-5 * (1 + i)]})
+    run.close()
 
 
 @pytest.fixture(scope="module")
