@@ -14,6 +14,7 @@ import json
 import os
 import pickle
 import shutil
+import stat
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -62,8 +63,15 @@ def _shard(root: Path) -> Path:
     return root / PART / "shards" / "000000.safetensors"
 
 
+def _regular(path: Path) -> Path:
+    """`path` when it is (or links to) a regular file; the oracle must not block on a FIFO either."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise OSError(f"{path}: not a regular file")
+    return path
+
+
 def _tensor_lines(root: Path, partial: bool = False) -> list[tuple[int, dict]]:
-    text = _index(root).read_text()
+    text = _regular(_index(root)).read_text()
     lines = text.splitlines()
     if partial and not text.endswith("\n"):
         lines = lines[:-1]  # a cut-off last line: what --allow-partial reads up to
@@ -73,7 +81,7 @@ def _tensor_lines(root: Path, partial: bool = False) -> list[tuple[int, dict]]:
 
 def _read_safetensors(path: Path) -> dict[str, tuple[str, list[int], bytes]]:
     """key -> (dtype code, shape, bytes), straight from the file layout (the oracle shares no code with opdiff)."""
-    raw = path.read_bytes()
+    raw = _regular(path).read_bytes()
     n = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8:8 + n])
     out = {}
