@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/capture_bench.py                      # 12 x 768, seq 512, batch 1
     .venv/bin/python bench/capture_bench.py --layers 4 --seq 128 --levels module --modes stats,hash
+    python bench/capture_bench.py --device cuda --passes fwdbwd --repeat 3  # on a GPU (timings synchronised)
 
 For each level (module/api/aten) and mode (stats/hash/tensor), forward only and forward+backward:
 wall time of the `with opdiff.capture(...)` block (including the writer finishing its files) over
@@ -46,9 +47,12 @@ def run(model, inputs, backward: bool) -> None:
 
 
 def timed(fn) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of all this process's threads) of one call."""
+    """(wall seconds, CPU seconds of all this process's threads) of one call, GPU work included."""
+    sync = torch.cuda.synchronize if torch.cuda.is_initialized() else (lambda: None)
+    sync()
     t, c = time.perf_counter(), time.process_time()
     fn()
+    sync()
     return time.perf_counter() - t, time.process_time() - c
 
 
@@ -64,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--modes", default="stats,hash,tensor")
     ap.add_argument("--passes", default="fwd,fwdbwd", help="fwd and/or fwdbwd")
     ap.add_argument("--repeat", type=int, default=2, help="best of this many runs per configuration")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda: model and inputs on the GPU")
     ap.add_argument("--dir", default=None, help="where dumps are written (default: a temporary directory)")
     args = ap.parse_args(argv)
 
@@ -71,9 +76,11 @@ def main(argv: list[str] | None = None) -> None:
     model, inputs = zoo.gpt2(layers=args.layers, width=args.width, heads=args.heads, seq=args.seq, batch=args.batch,
                              vocab=args.vocab)
     model.config.use_cache = False
+    model = model.to(args.device)
+    inputs = {k: v.to(args.device) for k, v in inputs.items()}
     nparams = sum(p.numel() for p in model.parameters())
     print(f"GPT-2 {args.layers} layers x {args.width}, {args.heads} heads, seq {args.seq}, batch {args.batch}, "
-          f"vocab {args.vocab} ({nparams / 1e6:.0f}M parameters); torch {torch.__version__}, "
+          f"vocab {args.vocab} ({nparams / 1e6:.0f}M parameters) on {args.device}; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, {os.cpu_count()} cpus", flush=True)
     t = time.perf_counter()
     warm_up()  # a process's first capture loads the compiled kernels: not part of the per-run overhead

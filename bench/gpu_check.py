@@ -1,5 +1,5 @@
-"""CUDA capture check and GPU figures: on a GPU, capture changes nothing, its records agree with
-the data, compare and diagnose work on what it wrote, and what it costs.
+"""CUDA capture check: on a GPU, capture changes nothing, its records agree with the data, and
+compare and diagnose work on what it wrote.
 
     python bench/gpu_check.py --out DIR            # needs a CUDA device; writes DIR/gpu_check.json
 
@@ -13,8 +13,7 @@ Checks, each printed as ok/FAILED (exit 1 when any fails):
    CPU fp32 against the same model on CUDA, and CUDA bf16 autocast against CUDA fp32, are not faults;
 5. torch.compile: Inductor (Triton kernels) regions captured at module level still run compiled,
    with output bitwise equal to the compiled model without capture.
-Figures: the wall-time ratio of a captured step to the plain step for every level x mode
-(torch.cuda.synchronize() inside both timings), best of --repeat.
+What capture costs on the GPU: `python bench/capture_bench.py --device cuda --passes fwdbwd`.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,16 +67,8 @@ def equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
 
-def timed(fn: Callable[[], Any]) -> float:
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    return time.perf_counter() - t
-
-
-def check_bitwise(out: Path, repeat: int) -> dict[str, Any]:
-    """Checks 1-3 on a small GPT-2, and the overhead of each level x mode on a wider one."""
+def check_bitwise(out: Path) -> None:
+    """Checks 1-3 on a small GPT-2."""
     torch.manual_seed(0)
     model, inputs = zoo.gpt2(layers=4, width=256, heads=4, seq=128, batch=2, vocab=1024)
     model.config.use_cache = False
@@ -117,43 +107,6 @@ def check_bitwise(out: Path, repeat: int) -> dict[str, Any]:
     check("two captured CUDA runs compare bitwise equal", c.passed() and n_eq == len(c.results),
           f"{n_eq}/{len(c.results)} pairs bitwise equal")
     shutil.rmtree(path2)
-    return {}
-
-
-def overhead(out: Path, repeat: int, layers: int, width: int, seq: int, batch: int) -> list[dict[str, Any]]:
-    """Wall-time ratio of a captured training step to the plain one, per level x mode."""
-    torch.manual_seed(0)
-    model, inputs = zoo.gpt2(layers=layers, width=width, heads=width // 64, seq=seq, batch=batch, vocab=50257)
-    model.config.use_cache = False
-    model, inputs = model.cuda(), to(inputs, "cuda")
-    torch.use_deterministic_algorithms(False)  # figures for the ordinary (fast) kernels
-    for _ in range(2):
-        step(model, inputs)
-    rows = []
-    plain_times = [timed(lambda: step(model, inputs)) for _ in range(repeat)]
-    for level in LEVELS:
-        for mode in MODES:
-            path = out / f"big-{level}-{mode}"
-            best = None
-            for _ in range(repeat):
-                shutil.rmtree(path, ignore_errors=True)
-
-                def captured() -> None:
-                    with opdiff.capture(model, path, level=level, mode=mode, backward=True):
-                        step(model, inputs)
-
-                t = timed(captured)
-                plain_times.append(timed(lambda: step(model, inputs)))
-                best = t if best is None else min(best, t)
-            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-            nrec = len(opdiff.load(path).records)
-            rows.append({"level": level, "mode": mode, "capture_s": best, "records": nrec, "dump_mb": size / 1e6})
-            shutil.rmtree(path, ignore_errors=True)
-    plain = min(plain_times)
-    for r in rows:
-        r["plain_s"], r["ratio"] = plain, r["capture_s"] / plain
-    torch.use_deterministic_algorithms(True)
-    return rows
 
 
 def check_diagnose(out: Path) -> None:
@@ -212,12 +165,7 @@ def check_compiled(out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--width", type=int, default=768)
-    ap.add_argument("--seq", type=int, default=512)
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--skip", default="", help="comma list of bitwise,diagnose,compiled,overhead")
+    ap.add_argument("--skip", default="", help="comma list of bitwise,diagnose,compiled")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device", file=sys.stderr)
@@ -229,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(info), flush=True)
     skip = set(args.skip.split(","))
     stages: list[tuple[str, Callable[[], Any]]] = [
-        ("bitwise", lambda: check_bitwise(out / "dumps", args.repeat)),
+        ("bitwise", lambda: check_bitwise(out / "dumps")),
         ("diagnose", lambda: check_diagnose(out / "dumps")),
         ("compiled", lambda: check_compiled(out / "dumps")),
     ]
@@ -243,17 +191,8 @@ def main(argv: list[str] | None = None) -> int:
 
             traceback.print_exc()
             check(f"{name} stage ran", False, f"{type(e).__name__}: {e}")
-    rows = []
-    if "overhead" not in skip:
-        rows = overhead(out / "dumps", args.repeat, args.layers, args.width, args.seq, args.batch)
-        print(f"\nGPT-2 {args.layers} x {args.width}, seq {args.seq}, batch {args.batch}, training step "
-              f"(forward + backward), {info['device']}")
-        print("| level | mode | plain s | capture s | ratio | records | dump MB |\n|---|---|---|---|---|---|---|")
-        for r in rows:
-            print(f"| {r['level']} | {r['mode']} | {r['plain_s']:.3f} | {r['capture_s']:.3f} | {r['ratio']:.2f}x | "
-                  f"{r['records']} | {r['dump_mb']:.0f} |")
     shutil.rmtree(out / "dumps", ignore_errors=True)
-    doc = {"info": info, "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in CHECKS], "overhead": rows}
+    doc = {"info": info, "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in CHECKS]}
     (out / "gpu_check.json").write_text(json.dumps(doc, indent=1))
     failed = [n for n, ok, _ in CHECKS if not ok]
     print(f"\n{len(CHECKS) - len(failed)}/{len(CHECKS)} checks ok" + (f"; FAILED: {failed}" if failed else ""))

@@ -1,6 +1,6 @@
 """Deferred device statistics: the numbers equal numpy's on the same data, in every dtype, with
 non-finite values, views and in-place changes after recording; on CUDA through the fused Triton
-kernels (those tests skip without a GPU: `python bench/gpu_check.py` runs the rest on one)."""
+kernels (those tests skip without a GPU: run this file on a machine with one)."""
 
 from __future__ import annotations
 
@@ -61,17 +61,18 @@ def test_torch_op_path_on_the_cpu():
     check("cpu")
 
 
-def test_a_change_after_recording_does_not_reach_the_statistics():
-    t = torch.arange(10, dtype=torch.float32)
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or cuda_stats.triton is None,
+                                reason="needs a CUDA device and Triton")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_a_change_after_recording_does_not_reach_the_statistics(device):
+    t = torch.arange(10, dtype=torch.float32, device=device)
     d = DeferredStats()
     st = d.add(t, "float32")
     t.mul_(100)
     d.resolve()
     assert st.max == 9.0 and st.mean == 4.5
-
-
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or cuda_stats.triton is None,
-                                reason="needs a CUDA device and Triton")
 
 
 @needs_cuda

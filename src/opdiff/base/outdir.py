@@ -41,17 +41,22 @@ def check_writable(path: Path, error: type[OpdiffError] = OpdiffError) -> None:
     os.unlink(probe)
 
 
-def check_replaceable(path: Path, error: type[OpdiffError] = OpdiffError) -> None:
-    """An output file opdiff may replace: absent, a regular file or a symlink (the link itself is replaced,
-    never what it points to); a directory or a special file at that name is the user's, not opdiff's."""
+def check_replaceable(path: Path, error: type[OpdiffError] = OpdiffError, *, directory: bool = False) -> bool:
+    """An output opdiff may replace: absent, a regular file or a symlink (the link itself is replaced,
+    never what it points to), and with `directory` (an output that is a folder) a directory too; a
+    special file, or a directory where a file goes, is the user's, not opdiff's. True when it is a directory."""
     import stat
 
     try:
-        st = path.lstat()
+        mode = path.lstat().st_mode
     except FileNotFoundError:
-        return
-    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-        raise error(f"{path}: exists and is not a file opdiff wrote (a directory or special file); not replaced")
+        return False
+    if directory and stat.S_ISDIR(mode):
+        return True
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        what = "folder or file" if directory else "file"
+        raise error(f"{path}: exists and is not a {what} opdiff wrote (a directory or special file); not replaced")
+    return False
 
 
 def write_atomic(path: Path, write: Callable[[Path], object], error: type[OpdiffError] = OpdiffError, *,
@@ -81,25 +86,19 @@ def _write_dir_atomic(path: Path, write: Callable[[Path], object], error: type[O
     """write_atomic for an output that is a folder: an earlier folder of that name (opdiff's own output,
     replaced under --force) is moved aside, the new one renamed in, the old one removed."""
     import os
-    import stat
     import tempfile
 
-    try:
-        st: os.stat_result | None = path.lstat()
-    except FileNotFoundError:
-        st = None
-    if st is not None and not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-        raise error(f"{path}: exists and is not a folder or file opdiff wrote (a special file); not replaced")
+    was_dir = check_replaceable(path, error, directory=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     try:
         write(tmp)
-        if st is not None and stat.S_ISDIR(st.st_mode):
+        if was_dir:
             old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.old."))
             os.replace(path, old / "x")  # a rename inside the output directory: never follows a link
             os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            if st is not None:
+            with contextlib.suppress(FileNotFoundError):
                 path.unlink()  # a file or a symlink: the link itself, never what it points to
             os.replace(tmp, path)
     except BaseException:

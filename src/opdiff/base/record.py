@@ -197,9 +197,7 @@ def _shape(v: Any) -> tuple[int, ...]:
     shape = tuple(_count(s, "shape") for s in v)
     if any(s > MAX_NUMEL for s in shape):
         raise ValueError(f"field 'shape' {list(shape)} has an absurd size")
-    n = 1
-    for s in shape:
-        n *= s
+    n = math.prod(shape)
     if n > MAX_NUMEL:
         raise ValueError(f"field 'shape' {list(shape)} is absurd ({n} elements)")
     return shape

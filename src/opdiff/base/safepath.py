@@ -86,19 +86,3 @@ def read_regular(path: Path, *, what: str = "file", limit: int | None = None) ->
         raise DumpError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-
-
-def read_at(path: Path, offset: int, n: int, *, what: str = "file") -> bytes:
-    """Exactly `n` bytes at `offset` of a regular file; DumpError when the file is shorter."""
-    fd, size = open_regular(path, what=what)
-    try:
-        if offset < 0 or n < 0 or offset + n > size:
-            raise DumpError(f"{path}: {what} is {size} bytes, too short for {n} bytes at offset {offset}")
-        data = os.pread(fd, n, offset)
-    except OSError as exc:
-        raise DumpError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(data) != n:
-        raise DumpError(f"{path}: {what} ended early ({len(data)} of {n} bytes at offset {offset})")
-    return data

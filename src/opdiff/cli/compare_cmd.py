@@ -37,8 +37,7 @@ def _prepare_out(out: Path, force: bool, fmts: list[str]) -> None:
         raise OpdiffError(f"{out}: cannot create output directory: {exc.strerror or exc}") from None
     check_writable(out)
     for path in _paths(out, fmts):
-        if path.name != EXPLORER:  # the overlays are a folder of opdiff's own, replaced whole
-            check_replaceable(path)
+        check_replaceable(path, directory=path.name == EXPLORER)  # the overlays: a folder, replaced whole
 
 
 def _paths(out: Path, fmts: list[str]) -> list[Path]:

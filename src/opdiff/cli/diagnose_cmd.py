@@ -88,7 +88,8 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     if html_path is not None:
         from ..report import write_html
 
-        write_html(html_cmp, html_path, diagnosis=d, title=f"opdiff diagnose: {g.root.name} vs {t.root.name}")
+        title = f"opdiff diagnose: {g.root.name} vs {t.root.name}"
+        write_atomic(html_path, lambda tmp: write_html(html_cmp, tmp, diagnosis=d, title=title))
     if as_json:
         click.echo(to_json_text(d))
     else:

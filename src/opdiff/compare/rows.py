@@ -9,12 +9,12 @@ literals, since these files are opdiff's own task results, not reports.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..base import outdir
 from ..base.pair import PairResult
 from ..base.record import Record
 from ..match.align import Pair
@@ -69,7 +69,5 @@ def dumps(obj: Any) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temp file and a rename: a reader sees all of it or nothing."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write `text` to `path` through a unique temp file and a rename (base.outdir.write_atomic)."""
+    outdir.write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

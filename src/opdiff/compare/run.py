@@ -66,7 +66,7 @@ class Comparison:
     elapsed: float = 0.0  # seconds spent in compare()
     tensor_bytes: int = 0  # bytes of tensor data read, both sides together
     workers: int = 1
-    _failing: tuple[tuple[int, int], list[Failing]] | None = field(default=None, init=False, repr=False, compare=False)
+    _failing: list[Failing] | None = field(default=None, init=False, repr=False, compare=False)  # failing_unmatched()
 
     def counts(self) -> dict[str, int]:
         """Number of pairs per result: PASS, WARNING, FAIL, N/A."""
@@ -97,25 +97,23 @@ class Comparison:
         unreadable, and (unless allowed) no unmatched record may carry a difference no compared pair shows
         (compare/unmatched.py: the one rule diagnose applies too). Records past the end of a cut-off dump
         never count."""
-        if not any(r.status == STATUS_COMPARED for r in self.results):
+        if not self.compared_any():
             return False  # nothing compared is not a pass
         for r in self.results:
             if r.result == FAIL or r.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR):
                 return False
         return allow_unmatched or not self.failing_unmatched()
 
+    def compared_any(self) -> bool:
+        """Whether at least one pair was compared (nothing compared is never a pass)."""
+        return any(r.status == STATUS_COMPARED for r in self.results)
+
     def failing_unmatched(self) -> list[Failing]:
         """Unmatched records (both sides) that fail the run unless unmatched records are allowed, with why;
         the others are reported only (compare/unmatched.py)."""
-        key = (id(self.results), len(self.results))
-        if self._failing is None or self._failing[0] != key:
-            found = failing_unmatched(self.results, {s: self.unmatched(s) for s in ("golden", "target")})
-            self._failing = (key, found)
-        return self._failing[1]
-
-    def unreadable(self) -> list[PairResult]:
-        """Pairs whose data could not be read: never agreement, always named."""
-        return [r for r in self.results if r.status == STATUS_ERROR]
+        if self._failing is None:
+            self._failing = failing_unmatched(self.results, {s: self.unmatched(s) for s in ("golden", "target")})
+        return self._failing
 
     def unmatched(self, side: str) -> list[Record]:
         """Records of one side ("golden" or "target") that have no counterpart."""

@@ -148,8 +148,13 @@ def failing_unmatched(results: Sequence[PairResult], unmatched: dict[str, list[R
     return out
 
 
+def name_list(names: Sequence[str], show: int = 5) -> str:
+    """The first `show` names, then how many more: how warnings name records."""
+    more = f", ... ({len(names) - show} more)" if len(names) > show else ""
+    return ", ".join(names[:show]) + more
+
+
 def describe(failing: Sequence[Failing], show: int = 5) -> str:
     """One line naming the failing unmatched records and why they fail."""
-    shown = ", ".join(f"{f.record.name} ({f.why})" for f in failing[:show])
-    more = f", ... ({len(failing) - show} more)" if len(failing) > show else ""
-    return f"{len(failing)} record(s) have no counterpart and may carry a difference no compared pair shows: {shown}{more}"
+    shown = name_list([f"{f.record.name} ({f.why})" for f in failing], show)
+    return f"{len(failing)} record(s) have no counterpart and may carry a difference no compared pair shows: {shown}"

@@ -43,8 +43,7 @@ def prepare(pairs: list[PairResult]) -> list[PairResult]:
 
 
 def _is_grad(p: PairResult) -> bool:
-    rec = p.target or p.golden
-    return rec is not None and rec.role == "gradient"
+    return p.record.role == "gradient"
 
 
 def _grad_input(rec: Record | None) -> Record | None:

@@ -307,8 +307,8 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     by_name: dict[str, int] = {}
     levels: set[str] = set()
     for p in pairs:
-        rec = p.target or p.golden
-        if rec is None or rec.direction != direction:
+        rec = p.record
+        if rec.direction != direction:
             continue
         g, t = p.golden, p.target
         tid = len(tensors)

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from ..base.errors import OpdiffError
 from ..base.pair import PairResult
 from ..base.vocab import STATUS_UNMATCHED
-from ..compare.sameness import check_comparable
 from ..store import Dump, load
 from . import backward, trust
 from .graph import Graph, build
@@ -106,7 +105,6 @@ def diagnose(golden: Dump | str | os.PathLike[str], target: Dump | str | os.Path
 def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: str | None = None, direction: str = "forward",
                   replay: bool = False) -> Diagnosis:
     """One pass (`direction`) of one (rank, step) part, from its comparison."""
-    check_comparable(golden, target, mapping=comparison.mapping)  # a reused comparison was not checked here
     pairs = [p for p in comparison.results if _keep(level)(p)]
     if level is not None and not any(p.record.level == level for p in pairs):
         have = sorted({p.record.level for p in comparison.results})

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base.errors import OpdiffError
 from ..base.vocab import DIRECTIONS  # forward, backward, update: the order passes run in a step
+from ..compare.sameness import check_comparable
 from ..store import Dump
 from . import update as upd
 from .verdict import Diagnosis
@@ -92,6 +93,8 @@ def diagnose_run(golden: Dump, target: Dump, *, mapping: Mapping | str | os.Path
             g, t = _part(golden, r, s), _part(target, r, s)
             comp = per_part[(r, s)] if per_part is not None else comparison if comparison is not None \
                 else compare(g, t, mapping=mapping, workers=workers, progress=progress)
+            if per_part is not None or comparison is not None:  # compare() checked its own; a handed-in one was not
+                check_comparable(g, t, mapping=comp.mapping)
             dirs = _directions(comp, direction)
             if not dirs:
                 raise OpdiffError(f"{t.root}: no {direction} records to diagnose (rank {r}, step {s})")

@@ -8,28 +8,21 @@ from __future__ import annotations
 from typing import Any
 
 from ..base.pair import PairResult
-from ..compare.unmatched import Failing, describe
+from ..base.vocab import STATUS_ERROR
+from ..compare.unmatched import Failing, describe, name_list
 
 INCONCLUSIVE = "inconclusive"
-_SHOW = 5
-
-
-def _names(rs: list[Any]) -> str:
-    shown = ", ".join(r.name for r in rs[:_SHOW])
-    return shown + (f", ... ({len(rs) - _SHOW} more)" if len(rs) > _SHOW else "")
-
-
 def unreadable_warning(pairs: list[PairResult]) -> str | None:
-    bad = [p for p in pairs if p.status == "error"]
+    bad = [p for p in pairs if p.status == STATUS_ERROR]
     if not bad:
         return None
     return (f"{len(bad)} pair(s) could not be read and were not compared (they never count as agreement): "
-            f"{_names(bad)}; first reason: {bad[0].err_message}")
+            f"{name_list([p.name for p in bad])}; first reason: {bad[0].err_message}")
 
 
 def unmatched_differences(comparison: Any, pairs: list[PairResult]) -> list[Failing]:
     """The comparison's failing unmatched records (Comparison.failing_unmatched) that lie among `pairs`."""
-    keep = {id(p.golden or p.target) for p in pairs}
+    keep = {id(p.record) for p in pairs}
     return [f for f in comparison.failing_unmatched() if id(f.record) in keep]
 
 

@@ -12,9 +12,9 @@ from rich.table import Table
 from ..base import numfmt
 from ..base.pair import Metrics, PairResult
 from ..base.termsafe import safe
-from ..base.vocab import FAIL, NA, PASS, WARNING
+from ..base.vocab import FAIL, NA, PASS, STATUS_DTYPE_MISMATCH, STATUS_ERROR, STATUS_SHAPE_MISMATCH, WARNING
 from ..compare.run import Comparison
-from ..compare.unmatched import describe
+from ..compare.unmatched import describe, name_list
 from ..metrics import names as M
 from ..metrics.thresholds import ROUNDING_UNIT
 from ..store import Dump
@@ -105,12 +105,11 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
     for side in ("golden", "target"):
         un = cmp.unmatched(side)
         if un:
-            shown = ", ".join(safe(r.name) for r in un[:5]) + (f", ... ({len(un) - 5} more)" if len(un) > 5 else "")
-            con.print(f"[yellow]unmatched {side} records: {len(un)}[/]  {shown}")
+            con.print(f"[yellow]unmatched {side} records: {len(un)}[/]  {name_list([safe(r.name) for r in un])}")
     failing = [] if allow_unmatched else cmp.failing_unmatched()
     if failing:  # the rest are reported only: what they change shows in the compared pairs after them
         con.print(f"[yellow]warning:[/] {safe(describe(failing))}")
-    bad = [r for r in cmp.results if r.status in ("shape-mismatch", "dtype-mismatch", "error")]
+    bad = [r for r in cmp.results if r.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR)]
     for r in bad[:5]:
         con.print(f"[yellow]{r.status}[/] #{r.index} {safe(r.name)}: {safe(r.err_message)}")
     if len(bad) > 5:
@@ -130,9 +129,8 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
         why.append(f"{counts[FAIL]} FAIL")
     if bad:
         why.append(f"{len(bad)} mismatched or unreadable")
-    unmatched = len(cmp.failing_unmatched())
-    if not any(r.status == "compared" for r in cmp.results):
+    if not cmp.compared_any():
         why.append("nothing compared")
-    if unmatched and not allow_unmatched:
-        why.append(f"{unmatched} unmatched (--allow-unmatched accepts them)")
+    if failing:
+        why.append(f"{len(failing)} unmatched (--allow-unmatched accepts them)")
     con.print(f"[bold {STYLE[FAIL]}]FAIL[/] ({', '.join(why)})")

@@ -36,8 +36,8 @@ def node_values(cmp: Comparison) -> dict[str, dict[str, Any]]:
     """Per opdiff node: lowest cosine, largest error in units, worst verdict (outputs first)."""
     by_node: dict[str, dict[str, list]] = {}
     for r in cmp.results:
-        rec = r.target or r.golden
-        if rec is None or r.result not in RANK:
+        rec = r.record
+        if r.result not in RANK:
             continue
         slot = by_node.setdefault(rec.node, {"output": [], "input": []})
         slot["output" if rec.role == "output" else "input"].append(r)

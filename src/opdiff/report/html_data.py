@@ -84,7 +84,7 @@ def _records(results: list[PairResult]) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {k: [] for k in ("name", "gname", "op", "module", "dir", "res", "eu", "omc", "status",
                                                    "match", "gdt", "tdt", "shape", "msg")}
     for r in results:
-        rec = r.target or r.golden
+        rec = r.record
         cols["name"].append(r.name)
         cols["gname"].append(r.golden.name if r.golden is not None and r.golden.name != r.name else None)
         cols["op"].append(rec.op)

@@ -19,7 +19,6 @@ STATS_FIELDS = M.STATS_METRICS + (M.GOLDEN_NAN, M.GOLDEN_POSINF, M.GOLDEN_NEGINF
 HASH_FIELDS = (M.HASH_EQUAL,)
 TENSOR_COLUMNS, STATS_COLUMNS, HASH_COLUMNS = (tuple(M.COLUMN[f] for f in fs) for fs in (TENSOR_FIELDS, STATS_FIELDS,
                                                                                         HASH_FIELDS))
-_FIELD = {M.COLUMN[f]: f for f in TENSOR_FIELDS + STATS_FIELDS + HASH_FIELDS}  # metric column -> field
 TAIL_COLUMNS = ("Bitwise Equal", "Result", "Accuracy Reached or Not", "Err_message", "Note")
 ACCURACY_REACHED = {PASS: "Yes", WARNING: "Yes", FAIL: "No", NA: ""}
 
@@ -42,9 +41,7 @@ def shape_text(shape: tuple[int, ...] | None) -> str:
 
 def row(r: PairResult, cols: list[str]) -> dict[str, Any]:
     """One pair as column -> value: numbers stay numbers, N/A metrics are "N/A"."""
-    g, t = r.golden, r.target
-    rec = t or g
-    assert rec is not None
+    g, t, rec = r.golden, r.target, r.record
     out: dict[str, Any] = {
         "Index": r.index,
         "Golden Name": g.name if g else "",
@@ -70,6 +67,6 @@ def row(r: PairResult, cols: list[str]) -> dict[str, Any]:
     }
     for c in cols:
         if c not in out:
-            v = r.metrics.get(_FIELD.get(c, c))
+            v = r.metrics.get(M.field_of(c))
             out[c] = NA if v is None else v
     return out

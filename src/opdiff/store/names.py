@@ -80,8 +80,3 @@ def line_kind(obj: dict[str, Any]) -> str:
 def call_line(call: dict[str, Any]) -> dict[str, Any]:
     """The index line that describes one op call."""
     return {"kind": KIND_CALL, **call}
-
-
-def is_call_line(raw: bytes) -> bool:
-    """A cheap test on a raw index line, before parsing it, that it may describe a call."""
-    return b'"kind":"call"' in raw or b'"kind": "call"' in raw

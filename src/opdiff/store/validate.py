@@ -17,7 +17,7 @@ from ..base.errors import DumpError
 from ..base.record import Record
 from ..base.safepath import read_regular
 from .format import DTYPES, FORMAT_NAME, FORMAT_VERSION, SAFETENSORS_TO_NAME
-from .names import KIND_CALL, KIND_TENSOR, is_call_line, line_kind
+from .names import KIND_CALL, KIND_TENSOR, line_kind
 
 MAX_META_BYTES = 64 << 20
 MAX_HEADER_BYTES = 100 << 20
@@ -91,13 +91,15 @@ def check_record(rec: Record) -> None:
             raise ValueError(f"field 'data.file' {f!r} leaves the dump directory (refused)")
 
 
-def read_index(index_path: Path) -> tuple[list[Record], list[str]]:
-    """Records of an index, each line checked; a cut-off last line is dropped and reported.
+def read_index(index_path: Path) -> tuple[list[Record], list[str], list[dict[str, Any]]]:
+    """Records of an index, each line checked, and its call-description lines (kind == "call", sound
+    objects with a node name, for replay); a cut-off last line is dropped and reported.
 
     Other damage (a bad field, a repeated name, a record index out of sequence: a lost or moved line) is a
     DumpError naming file:line and the field."""
     problems: list[str] = []
     records: list[Record] = []
+    calls: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     lines = read_regular(index_path, what="index").split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline
@@ -114,7 +116,9 @@ def read_index(index_path: Path) -> tuple[list[Record], list[str]]:
             if kind != KIND_TENSOR:
                 if not kind:
                     raise ValueError(f"field 'kind' must be a string, not {type(obj.get('kind')).__name__}")
-                continue  # other line kinds (e.g. call descriptions) are read by who needs them
+                if kind == KIND_CALL and isinstance(obj.get("node"), str):
+                    calls.append(obj)
+                continue  # other line kinds are skipped
             rec = Record.from_json(obj)
             check_record(rec)
         except ValueError as exc:
@@ -127,22 +131,7 @@ def read_index(index_path: Path) -> tuple[list[Record], list[str]]:
                             "(names must be unique within a part; refused rather than shadowed)")
         seen[rec.name] = lineno
         records.append(rec)
-    return records, problems
-
-
-def read_calls(index_path: Path) -> list[dict[str, Any]]:
-    """The call-description lines of an index (kind == "call") that are sound JSON objects with a node name."""
-    out = []
-    for line in read_regular(index_path, what="index").split(b"\n"):
-        if not is_call_line(line):
-            continue
-        try:
-            obj = parse_json(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and line_kind(obj) == KIND_CALL and isinstance(obj.get("node"), str):
-            out.append(obj)
-    return out
+    return records, problems, calls
 
 
 @dataclass
@@ -152,16 +141,6 @@ class ShardHeader:
     path: Path
     size: int
     entries: dict[str, tuple[str, tuple[int, ...], int, int]]
-
-
-def parse_shard_header(path: Path, head: bytes, size: int) -> tuple[int, ShardHeader | None]:
-    """From the first 8 bytes: the header length (checked against the file's real size)."""
-    if len(head) < 8:
-        raise DumpError(f"{path}: truncated shard (no safetensors header)")
-    n = int.from_bytes(head[:8], "little")
-    if n <= 1 or n > MAX_HEADER_BYTES or 8 + n > size:
-        raise DumpError(f"{path}: bad safetensors header length {n} (file is {size} bytes)")
-    return n, None
 
 
 def shard_entries(path: Path, raw: bytes, n: int, size: int) -> ShardHeader:

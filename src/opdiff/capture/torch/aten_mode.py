@@ -65,7 +65,7 @@ class AtenMode(CallDispatch[OpOverload], TorchDispatchMode):
             return None
         grad_fn = node.name()
         if grad_fn == ACCUMULATE_GRAD:  # a parameter's gradient accumulation: its owner module
-            module = self.state.param_owner.get(id(getattr(node, "variable", None)), "")
+            module = self.state.param_names.get(id(getattr(node, "variable", None)), ("", ""))[0]
         else:
             module = node_metadata(node).get(NODE_KEY, "")
         return module, "backward", {"grad_fn": grad_fn}

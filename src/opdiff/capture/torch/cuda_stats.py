@@ -41,7 +41,7 @@ if triton is not None:
         zeros = tl.zeros([BLOCK], tl.float64)
         i = start
         end = start + chunk
-        while i < end:  # a while loop: Triton's interpreter (TRITON_INTERPRET=1, the CPU tests) runs it too
+        while i < end:  # a while loop: Triton's CPU interpreter (TRITON_INTERPRET=1) runs it too
             offs = i + tl.arange(0, BLOCK)
             m = offs < n
             i += BLOCK

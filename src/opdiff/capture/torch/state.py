@@ -41,7 +41,6 @@ class CaptureState:
     phase: str = "forward"  # "update" while the optimizer's step runs
     grads_seen: bool = False  # a parameter gradient was recorded this step (later collectives sync gradients)
     stack: list[Frame] = field(default_factory=list)  # module calls in progress, innermost last
-    param_owner: dict[int, str] = field(default_factory=dict)  # id(parameter) -> path of the module owning it
     param_names: dict[int, tuple[str, str]] = field(default_factory=dict)  # id(parameter) -> (owner, local name)
     update_owner: dict[int, str] = field(default_factory=dict)  # id(parameter or state) -> owner, during the step
     last_update_module: str = ""
@@ -101,7 +100,6 @@ class CaptureState:
     def index_parameters(self, named: Iterable[tuple[str, str, torch.Tensor]]) -> None:
         """Remember each parameter's owner module and local name (from (module path, name, parameter))."""
         for mpath, pname, p in named:
-            self.param_owner[id(p)] = mpath
             self.param_names[id(p)] = (mpath, pname)
 
     def claim_parameters(self) -> bool:

@@ -101,21 +101,25 @@ def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
     return p.reshape(-1) if p.is_contiguous() else None
 
 
+def flat_elements(t: torch.Tensor) -> torch.Tensor:
+    """The elements of `t` as one dense 1-D tensor: a view when they already lie densely, else a copy."""
+    flat = dense_flat(t)
+    return flat if flat is not None else t.contiguous().reshape(-1)
+
+
 def stats_of(t: torch.Tensor, name: str) -> Stats:
     """Statistics of a tensor with the semantics of opdiff.store.stats.tensor_stats."""
     t = t.detach()
     if t.numel() == 0:
         return Stats(numel=0)
     if t.device.type == "cpu" and not t.is_conj() and not t.is_neg():
-        flat = dense_flat(t)
-        if flat is None:
-            flat = t.contiguous().reshape(-1)
-        return array_stats(as_numpy(flat, name), name)
+        return array_stats(as_numpy(flat_elements(t), name), name)
     return device_stats(t, name)
 
 
 def device_stats(t: torch.Tensor, name: str) -> Stats:
-    """Statistics computed on the tensor's own device in float64 (one sync), for non-CPU tensors."""
+    """Statistics computed on the tensor's own device in float64 (one sync), for a tensor numpy cannot
+    view (another device, a conjugate or negative view)."""
     if t.numel() == 0:
         return Stats(numel=0)
     return stats_from_values(t.numel(), device_stats_values(t, name).tolist())
@@ -179,18 +183,16 @@ class DeferredStats:
         if not stats.numel:
             return stats
         if cuda_stats.available(t) and t.dtype not in self._unfused:
-            self._add_fused(t, stats)
+            self._add_fused(t, name, stats)
         else:
             self._pending.append((stats, device_stats_values(t, name)))
         return stats
 
-    def _add_fused(self, t: torch.Tensor, stats: Stats) -> None:
+    def _add_fused(self, t: torch.Tensor, name: str, stats: Stats) -> None:
         t = t.detach()
         if t.is_neg():
             t = t.resolve_neg()
-        flat = dense_flat(t)
-        if flat is None:
-            flat = t.contiguous().reshape(-1)
+        flat = flat_elements(t)
         entry = self._slots.get(t.device)
         if entry is None:
             entry = (torch.empty((self.CAPACITY, cuda_stats.SLOT), dtype=torch.float64, device=t.device),
@@ -205,7 +207,7 @@ class DeferredStats:
             self._unfused.add(t.dtype)
             warnings.warn(f"opdiff: fused CUDA statistics unavailable for {t.dtype} ({type(e).__name__}: {e}); "
                           "using torch ops", RuntimeWarning, stacklevel=2)
-            self._pending.append((stats, device_stats_values(t, dtype_name(t) or "")))
+            self._pending.append((stats, device_stats_values(t, name)))
             return
         owners.append(stats)
 

@@ -21,7 +21,7 @@ from ..format import (
     part_dir,
 )
 from ..source import Dump, TensorSpan
-from ..validate import MAX_HEADER_BYTES, ShardHeader, read_calls, read_index, read_meta, same_layout, shard_entries
+from ..validate import MAX_HEADER_BYTES, ShardHeader, read_index, read_meta, same_layout, shard_entries
 
 _PART_RE = re.compile(r"^rank(\d+)$")
 _STEP_RE = re.compile(r"^step(\d+)$")
@@ -105,6 +105,7 @@ class OpdiffDump(Dump):
 
     format = "opdiff"
     _headers: dict[str, ShardHeader] = field(default_factory=dict, repr=False)
+    _calls: list[dict[str, Any]] = field(default_factory=list, repr=False)  # read with the index
 
     @property
     def dir(self) -> Path:
@@ -113,7 +114,7 @@ class OpdiffDump(Dump):
     @property
     def calls(self) -> list[dict[str, Any]]:
         """The optional call-description lines of the index (kind == "call"), for replay."""
-        return read_calls(self.dir / INDEX_FILE)
+        return self._calls
 
     def header(self, rel: str) -> ShardHeader:
         """A shard's checked header; the shard must resolve inside the dump (symlinks included)."""
@@ -131,14 +132,11 @@ class OpdiffDump(Dump):
         entry = h.entries.get(rec.data["key"])
         if entry is None:
             raise DumpError(f"{h.path}: shard has no tensor {rec.data['key']!r} (record {rec.name!r})")
-        dtype, shape, start, end = entry
+        dtype, shape, start, _end = entry
         if dtype != rec.dtype or not same_layout(shape, tuple(rec.shape)):
             raise DumpError(f"{h.path}: tensor {rec.data['key']!r} is {dtype}{list(shape)} in the shard but "
                             f"{rec.dtype}{list(rec.shape)} in the index")
-        span = TensorSpan(path=h.path, offset=start, dtype=dtype, shape=tuple(rec.shape), hash=rec.hash)
-        if end - start != span.nbytes or end > h.size:  # checked by the header parser; kept as a guard
-            raise DumpError(f"{h.path}: tensor {rec.data['key']!r} is truncated or its offsets are wrong")
-        return span
+        return TensorSpan(path=h.path, offset=start, dtype=dtype, shape=tuple(rec.shape), hash=rec.hash)
 
     def check(self) -> None:
         """Every shard the index refers to resolves inside the dump, is a regular file with a sound header
@@ -174,5 +172,6 @@ def open_dump(path: str | os.PathLike[str], rank: int | None = None, step: int |
         raise DumpError(f"{root}: no part for rank {rank} step {step} (has {have})")
     r, s = wanted[0]
     index = inside(root, f"{part_dir(r, s)}/{INDEX_FILE}", what="index")
-    records, problems = read_index(index)
-    return OpdiffDump(root=root, meta=meta, rank=r, step=s, records=records, parts=parts, problems=meta_problems + problems)
+    records, problems, calls = read_index(index)
+    return OpdiffDump(root=root, meta=meta, rank=r, step=s, records=records, parts=parts, problems=meta_problems + problems,
+                      _calls=calls)
