@@ -18,6 +18,7 @@ from ...base.record import Record, Stats
 from ...store.names import node_name, record_name
 from ...store.stats import content_hash
 from ...store.writer import DumpWriter
+from .layout import unwrap
 from .naming import Counters
 from .tensors import DeferredStats, dense_flat, dtype_name, hash_of, host_copy, stats_of
 
@@ -130,7 +131,12 @@ class Recorder:
 
     def record(self, t: torch.Tensor, *, node: str, module: str, op: str, level: str, call: int, direction: str,
                role: str, pos: str, source: str | None = None, extra: dict[str, Any] | None = None) -> Record | None:
-        """Record one tensor (stats, hash, data per mode); None when the format cannot hold it."""
+        """Record one tensor (stats, hash, data per mode); None when the format cannot hold it.
+
+        A DTensor is recorded as the shard this rank holds, with its layout (capture/torch/layout.py)."""
+        t, layout = unwrap(t)
+        if layout is not None:
+            extra = {**(extra or {}), "layout": layout}
         name = dtype_name(t)
         if name is None:
             self.skipped += 1
