@@ -12,8 +12,8 @@ import click
 
 from ..base.errors import OpdiffError
 from ..base.outdir import check_replaceable, check_writable, claim_dir, write_atomic
-from .common import open_dump
 from .dask_opts import dask_options
+from .parallel_opts import open_sides, parallel_options, parallel_report
 
 FORMATS = ("csv", "xlsx", "json", "html", "model-explorer")
 REPORT_STEM = "compare"
@@ -70,8 +70,10 @@ def _paths(out: Path, fmts: list[str]) -> list[Path]:
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Worst pairs to print.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @dask_options
+@parallel_options
 def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pass_if, warn_if, workers, rank, step,
-                allow_partial, allow_unmatched, force, formats, top, no_progress, scheduler, placement, shard_mb):
+                allow_partial, allow_unmatched, force, formats, top, no_progress, scheduler, placement, shard_mb,
+                layout_file, merge):
     """Compare every tensor of TARGET with its counterpart in GOLDEN and write reports to OUT.
 
     Exits 0 when everything passes, 1 when something fails, 2 on bad input.
@@ -93,8 +95,7 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
         return run_compare(golden, target, Path(out), scheduler=scheduler, placement=placement, shard_mb=shard_mb,
                            fmts=fmts, top=top, allow_unmatched=allow_unmatched, force=force, mapping=mapping,
                            mode=mode, thresholds=th, rank=rank, step=step, allow_partial=allow_partial)
-    g = open_dump(golden, rank, step, allow_partial)
-    t = open_dump(target, rank, step, allow_partial)
+    g, t = open_sides(golden, target, rank, step, allow_partial, layout_file, merge)
     out_dir = Path(out)
     _prepare_out(out_dir, force, fmts)
     from ..compare.run import compare  # the kernels load only once the input is known to be good
@@ -107,7 +108,8 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     print_summary(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
     for f, path in zip(fmts, paths):
         write_atomic(path, lambda tmp, f=f: WRITERS[f](cmp, tmp), directory=f == EXPLORER)
-    return 0 if cmp.passed(allow_unmatched) else 1
+    ranks_failed = parallel_report(g, t, cmp.results, th, out_dir)
+    return 0 if cmp.passed(allow_unmatched) and not ranks_failed else 1
 
 
 def register(cli: click.Group) -> None:

@@ -19,6 +19,7 @@ from ..base.outdir import check_replaceable, check_writable, write_atomic
 from ..base.termsafe import safe, safe_deep
 from .common import open_dump
 from .dask_opts import dask_options
+from .parallel_opts import open_sides, parallel_check, parallel_options, print_parallel
 
 LEVELS = ("module", "api", "aten")
 
@@ -52,8 +53,9 @@ def _out_file(path: str | None, force: bool) -> Path | None:
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel workers for the comparison.")
 @click.option("--allow-partial", is_flag=True, help="Diagnose an incomplete (cut-off) dump up to where it stops.")
 @dask_options
+@parallel_options
 def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level, rank, step, replay, workers,
-                 allow_partial, scheduler, placement, shard_mb):
+                 allow_partial, scheduler, placement, shard_mb, layout_file, merge):
     """Name the op where TARGET first goes wrong against GOLDEN, and why.
 
     One verdict: pass, inputs-differ, overflow, fault (with the culprit op) or drift.
@@ -66,8 +68,7 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     out_path = _out_file(out, force)
     html_path = _out_file(html_file, force)
     mapping = load_mapping(map_file) if map_file else None
-    g = open_dump(golden, rank, step, allow_partial, "diagnose")
-    t = open_dump(target, rank, step, allow_partial, "diagnose")
+    g, t = open_sides(golden, target, rank, step, allow_partial, layout_file, merge, "diagnose")
     cmp: Any = None
     html_cmp = None
     if scheduler:  # the comparisons on Dask (docs/scale.md), the diagnosis here
@@ -90,14 +91,22 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
 
         title = f"opdiff diagnose: {g.root.name} vs {t.root.name}"
         write_atomic(html_path, lambda tmp: write_html(html_cmp, tmp, diagnosis=d, title=title))
+    ranks = parallel_check(g, t, d, cmp)
     if as_json:
-        click.echo(to_json_text(d))
+        text = to_json_text(d)
+        if ranks is not None:  # the rank and shard, beside the diagnosis (docs/parallel.md)
+            doc = json.loads(text)
+            doc["parallel"] = ranks.to_json()
+            text = json.dumps(doc, indent=2)
+        click.echo(text)
     else:
         render(safe_deep(d), Console(width=160), golden=safe(g.root), target=safe(t.root))
+        if ranks is not None:
+            print_parallel(ranks, t)
         for p in (out_path, html_path):
             if p is not None:
                 click.echo(f"written: {safe(p)}")
-    return d.exit_code
+    return 1 if ranks is not None and ranks.failed() else d.exit_code
 
 
 @click.command("replay")

@@ -42,6 +42,15 @@ class Logical:
     shards: list[Shard]
 
 
+@dataclass(frozen=True)
+class Collective:
+    """A collective's record on one rank, and the logical record that ran just before it there."""
+
+    rank: int
+    record: Record
+    after: str | None
+
+
 @dataclass
 class LogicalDump(Dump):
     """One step of a parallel run seen as a single logical run (see module docstring)."""
@@ -49,7 +58,7 @@ class LogicalDump(Dump):
     ranks: list[int] = field(default_factory=list)
     parts_by_rank: dict[int, Dump] = field(default_factory=dict)
     logical: dict[str, Logical] = field(default_factory=dict)
-    collectives: list[tuple[int, Record]] = field(default_factory=list)  # (rank, record), left out of `records`
+    collectives: list[Collective] = field(default_factory=list)  # left out of `records`, checked on their own
     rules: LayoutRules | None = None
 
     @property
@@ -122,19 +131,21 @@ def merge_ranks(dump: Dump, rules: LayoutRules | None = None) -> LogicalDump:
 
 
 def _merged_order(parts: dict[int, Dump]) -> tuple[list[str], dict[str, list[tuple[int, Record]]],
-                                                   list[tuple[int, Record]]]:
+                                                   list[Collective]]:
     """Record names in execution order over all ranks: the first rank's order, and a later rank's own records
     right after the record they followed there (at the end when they follow none: a later pipeline stage)."""
     order: list[str] = []
     by_name: dict[str, list[tuple[int, Record]]] = {}
-    collectives: list[tuple[int, Record]] = []
+    collectives: list[Collective] = []
     for rank, d in parts.items():
         after: dict[str | None, list[str]] = {}
         anchor: str | None = None
+        last: str | None = None
         for rec in d.records:
             if is_collective(rec):
-                collectives.append((rank, rec))
+                collectives.append(Collective(rank, rec, last))
                 continue
+            last = rec.name
             if is_stage_boundary(rec, d.meta):
                 continue
             if rec.name in by_name:
@@ -216,7 +227,7 @@ def _same_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
 _shape_ops = _Ops(_cat_shapes, _same_shape, lambda shapes, op: _same_shape(shapes))
 
 
-def _reduce(arrays: list[np.ndarray], op: str) -> np.ndarray:
+def reduce_arrays(arrays: list[np.ndarray], op: str) -> np.ndarray:
     dtype = arrays[0].dtype
     wide = np.float64 if dtype.kind == "f" and dtype.itemsize >= 8 else np.float32 if dtype.kind in "fV" else None
     acc = [np.asarray(a, dtype=wide) if wide is not None else np.asarray(a) for a in arrays]
@@ -231,7 +242,7 @@ def _reduce(arrays: list[np.ndarray], op: str) -> np.ndarray:
     return out.astype(dtype)
 
 
-_array_ops = _Ops(lambda arrs, dim: np.concatenate(arrs, axis=dim), lambda arrs: arrs[0], _reduce)
+_array_ops = _Ops(lambda arrs, dim: np.concatenate(arrs, axis=dim), lambda arrs: arrs[0], reduce_arrays)
 
 
 def combine(lay: Layout, shards: Sequence[Shard], value: Callable[[Shard], T], ops: _Ops) -> T:
