@@ -35,6 +35,7 @@ REPLICAS = "replicas-disagree"
 SHARD = "shard-differs"
 MISREDUCED = "mis-reduced"
 FAILING_KINDS = (REPLICAS, MISREDUCED)  # fail a run even when every logical pair passes
+_ORDER = {REPLICAS: 0, MISREDUCED: 1, SHARD: 2}  # at one position: the finding that explains the others first
 MAX_FAILS = 8  # failing logical tensors split back to the ranks' shards
 
 
@@ -86,8 +87,9 @@ def check_parallel(target: LogicalDump, golden: Dump | None = None, results: Ite
     th = thresholds or preset("default")
     pos = {r.name: float(r.index) for r in target.records}
     out = ParallelCheck(target.ranks)
+    results = list(results)
     failing = [r for r in results if r.result == FAIL and r.status == STATUS_COMPARED and r.golden and r.target]
-    gold = {r.target.name: r.golden for r in failing if r.target is not None}
+    gold = {r.target.name: r.golden for r in results if r.status == STATUS_COMPARED and r.target and r.golden}
     for name, lg in target.logical.items():
         out.checked_replicas += _has_copies(lg)
         out.findings += _replicas(target, name, lg, pos[name], golden, gold.get(name), th)
@@ -100,7 +102,7 @@ def check_parallel(target: LogicalDump, golden: Dump | None = None, results: Ite
         first = failing[0]
         assert first.golden is not None and first.target is not None
         out.findings += _misreduced(target, golden, first.golden, first.target, pos, th)
-    out.findings.sort(key=lambda f: (f.position, f.kind != SHARD))
+    out.findings.sort(key=lambda f: (f.position, _ORDER[f.kind]))
     return out
 
 
@@ -130,7 +132,7 @@ def _fingerprint(dump: LogicalDump, s: Shard) -> str:
     import hashlib
 
     arr = np.ascontiguousarray(dump.shard_tensor(s))
-    return "sha1:" + hashlib.sha1(arr.view(np.uint8).reshape(-1)).hexdigest()
+    return "sha1:" + hashlib.sha1(arr.view(np.uint8).tobytes()).hexdigest()
 
 
 def _replicas(dump: LogicalDump, name: str, lg: Logical, position: float, golden: Dump | None,
@@ -148,6 +150,9 @@ def _replicas(dump: LogicalDump, name: str, lg: Logical, position: float, golden
         agree = sorted(set(prints) - set(odd))
         detail = (f"its copy differs from rank {', '.join(map(str, agree))}'s" if agree else "the copies all differ") \
             + f" (layout {lg.layout.describe()}: they should be bitwise equal)"
+        module = lg.shards[0].record.module
+        if not agree and module and not any(c.record.module == module for c in dump.collectives):
+            detail += f"; no collective ran in {module} (a missing all_reduce?)"
         out.append(_finding(REPLICAS, lg, position, tuple(odd), detail=detail))
     return out
 
@@ -215,7 +220,7 @@ def _shards(dump: LogicalDump, golden: Dump, grec: Record, name: str, position: 
             ok, why = False, f"unreadable: {exc}"
         if not ok:
             out.append(_finding(SHARD, lg, position, (s.rank,), _region_text(region),
-                                f"differs from the golden's slice ({why})"))
+                                f"differs from the golden's slice ({why.split(';')[0]})"))
     return out
 
 

@@ -83,7 +83,8 @@ class Layout:
         if not isinstance(d, dict):
             raise ValueError("extra.layout must be an object")
         mesh, shape, pls = d.get("mesh"), d.get("mesh_shape"), d.get("placements")
-        if not _ints(mesh) or not _ints(shape) or not isinstance(pls, list):
+        if not isinstance(mesh, list) or not isinstance(shape, list) or not _ints(mesh) or not _ints(shape) \
+                or not isinstance(pls, list):
             raise ValueError("extra.layout needs mesh (ranks), mesh_shape (sizes) and placements (list)")
         return cls(tuple(mesh), tuple(shape), tuple(Placement.parse(p) for p in pls), str(d.get("source", "dtensor")))
 

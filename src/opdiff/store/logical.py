@@ -230,7 +230,8 @@ _shape_ops = _Ops(_cat_shapes, _same_shape, lambda shapes, op: _same_shape(shape
 def reduce_arrays(arrays: list[np.ndarray], op: str) -> np.ndarray:
     dtype = arrays[0].dtype
     wide = np.float64 if dtype.kind == "f" and dtype.itemsize >= 8 else np.float32 if dtype.kind in "fV" else None
-    acc = [np.asarray(a, dtype=wide) if wide is not None else np.asarray(a) for a in arrays]
+    acc: list[Any] = [np.asarray(a, dtype=wide) if wide is not None else np.asarray(a) for a in arrays]
+    out: Any
     if op in ("sum", "avg"):
         out = acc[0].copy()
         for a in acc[1:]:
@@ -239,7 +240,7 @@ def reduce_arrays(arrays: list[np.ndarray], op: str) -> np.ndarray:
             out /= len(acc)
     else:
         out = (np.maximum if op == "max" else np.minimum).reduce(acc)
-    return out.astype(dtype)
+    return np.asarray(out).astype(dtype)
 
 
 _array_ops = _Ops(lambda arrs, dim: np.concatenate(arrs, axis=dim), lambda arrs: arrs[0], reduce_arrays)
@@ -265,7 +266,8 @@ def combine(lay: Layout, shards: Sequence[Shard], value: Callable[[Shard], T], o
             vals = [v for _, v in sorted(g, key=lambda x: x[0])]
             items[c] = ops.shard(vals, p.dim) if p.kind == "shard" else ops.replicate(vals) \
                 if p.kind == "replicate" else ops.partial(vals, p.reduce)
-    return items[()]
+    whole: T = items[()]
+    return whole
 
 
 def assemble_data(dump: LogicalDump, name: str, lg: Logical) -> TensorSpan | np.ndarray:

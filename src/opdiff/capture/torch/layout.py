@@ -33,15 +33,16 @@ def placement_text(p: Any) -> str:
     return f"P({getattr(p, 'reduce_op', 'sum')})"
 
 
-def unwrap(t: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any] | None]:
+def unwrap(t: Any) -> tuple[torch.Tensor, dict[str, Any] | None]:
     """(the tensor a rank holds, its layout) for a DTensor; (t, None) for any other tensor."""
     if _DTENSOR is None or not isinstance(t, _DTENSOR):
         return t, None
-    mesh = t.device_mesh
-    local = t._local_tensor  # the rank's own storage, without redistribution or an autograd node
+    dt: Any = t
+    mesh = dt.device_mesh
+    local = dt._local_tensor  # the rank's own storage, without redistribution or an autograd node
     layout = {"mesh": [int(r) for r in mesh.mesh.flatten().tolist()], "mesh_shape": list(mesh.mesh.shape),
-              "placements": [placement_text(p) for p in t.placements], "source": "dtensor",
-              "global_shape": list(t.shape)}
+              "placements": [placement_text(p) for p in dt.placements], "source": "dtensor",
+              "global_shape": list(dt.shape)}
     names = getattr(mesh, "mesh_dim_names", None)
     if names:
         layout["mesh_dim_names"] = list(names)
