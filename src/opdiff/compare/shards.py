@@ -202,8 +202,9 @@ def _region_text(region: dict[int, tuple[int, int]]) -> str:
 def _shards(dump: LogicalDump, golden: Dump, grec: Record, name: str, position: float,
             th: Thresholds) -> list[ShardFinding]:
     lg = dump.logical[name]
-    if len(lg.shards) < 2:
-        return []
+    if len(lg.shards) < 2:  # one rank holds it whole (a pipeline stage): that rank ran it
+        s = lg.shards[0]
+        return [_finding(SHARD, lg, position, (s.rank,), "", "the only rank holding it (its pipeline stage) ran it")]
     try:
         g = golden.tensor(grec)
     except DumpError:

@@ -40,6 +40,7 @@ class Logical:
 
     layout: Layout
     shards: list[Shard]
+    error: str = ""  # why the shards cannot make the logical tensor (its pair is then unreadable, never a pass)
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,11 @@ def is_collective(rec: Record) -> bool:
     return "collective" in rec.extra
 
 
-def is_stage_boundary(rec: Record, meta: dict[str, Any]) -> bool:
+def is_stage_boundary(rec: Record) -> bool:
     """A pipeline stage's root input (what it received) or root output (what it sends on), but the first
-    stage's inputs and the last stage's outputs: those are the model's own."""
-    pp = meta.get("pipeline")
+    stage's inputs and the last stage's outputs: those are the model's own (the capture marks a stage's root
+    records with extra.pipeline)."""
+    pp = rec.extra.get("pipeline")
     if not isinstance(pp, dict) or rec.module != "" or rec.level != "module":
         return False
     stage, stages = pp.get("stage", 0), pp.get("stages", 1)
@@ -121,8 +123,8 @@ def merge_ranks(dump: Dump, rules: LayoutRules | None = None) -> LogicalDump:
         held = by_name[name]
         lay = _layout_of(dump.root, name, held, rules)
         shards = [Shard(r, rec, lay.coord(r) or ()) for r, rec in held]
-        logical[name] = Logical(lay, shards)
-        records.append(_logical_record(dump.root, len(records), lay, shards))
+        logical[name] = lg = Logical(lay, shards)
+        records.append(_logical_record(dump.root, len(records), lg))
     meta = {**dump.meta, "merged_ranks": ranks, "world_size": len(ranks)}
     return LogicalDump(root=dump.root, meta=meta, rank=ranks[0], step=dump.step, records=records,
                        parts=[(ranks[0], s) for r, s in dump.parts if r == ranks[0]],
@@ -146,7 +148,7 @@ def _merged_order(parts: dict[int, Dump]) -> tuple[list[str], dict[str, list[tup
                 collectives.append(Collective(rank, rec, last))
                 continue
             last = rec.name
-            if is_stage_boundary(rec, d.meta):
+            if is_stage_boundary(rec):
                 continue
             if rec.name in by_name:
                 by_name[rec.name].append((rank, rec))
@@ -182,18 +184,22 @@ def _layout_of(root: Any, name: str, held: list[tuple[int, Record]], rules: Layo
     return lay
 
 
-def _logical_record(root: Any, index: int, lay: Layout, shards: list[Shard]) -> Record:
+def _logical_record(root: Any, index: int, lg: Logical) -> Record:
+    """The logical record of a set of shards; damage (shards that do not fit) flags this record only."""
+    lay, shards = lg.layout, lg.shards
     first = shards[0].record
     dtypes = {s.record.dtype for s in shards}
     if len(dtypes) > 1:
-        raise DumpError(f"{root}: record {first.name!r} has dtypes {sorted(dtypes)} on different ranks")
+        lg.error = f"{root}: record {first.name!r} has dtypes {sorted(dtypes)} on different ranks"
     extra = {**first.extra, "layout": lay.to_json(), "ranks": [s.rank for s in shards]}
     if len(shards) == 1 or all(p.kind == "replicate" for p in lay.placements):
         return replace(first, index=index, extra=extra)
     try:
         shape = combine(lay, shards, lambda s: tuple(s.record.shape), _shape_ops)
     except (ValueError, KeyError) as exc:
-        raise DumpError(f"{root}: record {first.name!r}: shards do not fit layout {lay.describe()}: {exc}") from None
+        lg.error = f"{root}: record {first.name!r}: shards do not fit layout {lay.describe()}: {exc}"
+        given = first.extra.get("layout", {}).get("global_shape")
+        shape = tuple(given) if isinstance(given, list) and all(isinstance(x, int) for x in given) else first.shape
     partial = any(p.kind == "partial" for p in lay.placements)
     stats = None if partial else _merged_stats([s.record.stats for s in shards])
     data = {"file": "(assembled from ranks)", "key": first.name} if all(s.record.data for s in shards) else None

@@ -58,6 +58,7 @@ class Recorder:
         self.pending_step = 0
         self._seen: dict[int, _Seen] = {}
         self._blocks: dict[tuple, tuple[weakref.ref, int, Stats]] = {}
+        self.pipeline: dict[str, int] | None = None  # {"stage", "stages"} of a pipeline-parallel rank
         self.skipped = 0  # tensors the format cannot hold (complex, sparse, quantized, ...)
         self._deferred = DeferredStats()  # device tensors' statistics, read back once per written batch
         writer.before_flush = self._deferred.resolve
@@ -137,6 +138,8 @@ class Recorder:
         t, layout = unwrap(t)
         if layout is not None:
             extra = {**(extra or {}), "layout": layout}
+        if self.pipeline is not None and module == "" and level == "module":  # a stage's own inputs and outputs
+            extra = {**(extra or {}), "pipeline": self.pipeline}
         name = dtype_name(t)
         if name is None:
             self.skipped += 1

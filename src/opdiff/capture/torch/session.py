@@ -167,6 +167,7 @@ class CaptureSession:
         self.progress = CaptureProgress(self.path)
         self.writer.on_flush = self.progress.tick
         self.recorder = Recorder(self.writer, self.mode, self.rank)
+        self.recorder.pipeline = self.layout_meta.get("pipeline")
         self._entered = True
         try:
             self.state.index_parameters(self._named_parameters())
