@@ -1,8 +1,10 @@
-"""One process of a parallel run for tests/test_parallel.py: `python parallel_workers.py SCENARIO FAULT RANK WORLD ROOT`.
+"""One process of a parallel run for tests/test_parallel.py: `python parallel_workers.py SCENARIO FAULTS RANK WORLD ROOT`.
 
-RANK -1 is the single-process golden of the scenario. Every scenario builds the same seeded model on
+RANK -1 writes the single-process golden of the scenario (ROOT/golden); a rank writes one target run
+ROOT/target_FAULT per fault of the comma-separated FAULTS, in one process (a start-up per run is what
+costs the time). Every scenario builds the same seeded model on
 every rank (a small Llama-style block, written here), lays it out across the ranks, runs it under
-opdiff.capture and writes ROOT/golden or ROOT/target. FAULT plants one rank's mistake ("none" for a
+opdiff.capture and writes it. FAULT plants one rank's mistake ("none" for a
 clean run). gloo on CPU; rendezvous through a file in ROOT (no ports).
 """
 
@@ -155,6 +157,7 @@ def run_megatron(rank: int, root: str, fault: str) -> None:
     full = seeded_model()
     if rank < 0:
         return capture_run(full, f"{root}/golden")
+    RowParallelLinear.SKIP_REDUCE, RowParallelLinear.REDUCE_OP = False, dist.ReduceOp.SUM
     tp = Model(linear=ColumnParallelLinear, out_linear=RowParallelLinear)
     load_megatron(tp, full)
     if fault == "slice" and rank == 1:  # rank 1 loaded rank 0's rows of mlp.up
@@ -170,7 +173,7 @@ def run_megatron(rank: int, root: str, fault: str) -> None:
             tp.layers[1].mlp_norm.weight.mul_(1.01)
     with open(f"{root}/layout.yaml", "w") as f:
         f.write(MEGATRON_LAYOUT)
-    capture_run(tp, f"{root}/target", layout=f"{root}/layout.yaml")
+    capture_run(tp, f"{root}/target_{fault}", layout=f"{root}/layout.yaml")
 
 
 def run_dtensor(rank: int, root: str, fault: str) -> None:
@@ -206,7 +209,7 @@ def run_dtensor(rank: int, root: str, fault: str) -> None:
             local.copy_(local.roll(1, dims=0))
     with open(f"{root}/layout.yaml", "w") as f:
         f.write(SEQUENCE_LAYOUT)
-    capture_run(model, f"{root}/target", layout=f"{root}/layout.yaml")
+    capture_run(model, f"{root}/target_{fault}", layout=f"{root}/layout.yaml")
 
 
 # the local tensors between the sequence-parallel regions are the ranks' slices of the sequence (dim 1);
@@ -236,14 +239,14 @@ def run_pipeline(rank: int, root: str, fault: str) -> None:
         if fault == "slice":
             with torch.no_grad():
                 model.layers[1].mlp.down.weight.mul_(1.05)
-        with torch.no_grad(), opdiff.capture(model, f"{root}/target", mode="tensor", pipeline=(0, 2)):
+        with torch.no_grad(), opdiff.capture(model, f"{root}/target_{fault}", mode="tensor", pipeline=(0, 2)):
             y = model(x)
         dist.send(y.contiguous(), dst=1)
     else:
         model.layers[0] = model.layers[1] = None
         y = torch.empty_like(x)
         dist.recv(y, src=0)
-        with torch.no_grad(), opdiff.capture(model, f"{root}/target", mode="tensor", pipeline=(1, 2)):
+        with torch.no_grad(), opdiff.capture(model, f"{root}/target_{fault}", mode="tensor", pipeline=(1, 2)):
             model(y)
 
 
@@ -251,11 +254,14 @@ SCENARIOS = {"megatron": run_megatron, "dtensor": run_dtensor, "pipeline": run_p
 
 
 def main() -> None:
-    scenario, fault, rank, world, root = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    scenario, faults, rank, world, root = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     torch.set_num_threads(1)
-    if rank >= 0:
-        dist.init_process_group("gloo", init_method=f"file://{root}/rendezvous", rank=rank, world_size=world)
-    SCENARIOS[scenario](rank, root, fault)
+    if rank < 0:
+        return SCENARIOS[scenario](rank, root, "none")
+    dist.init_process_group("gloo", init_method=f"file://{root}/rendezvous", rank=rank, world_size=world)
+    for fault in faults.split(","):
+        SCENARIOS[scenario](rank, root, fault)
+        dist.barrier()  # every rank's part is in place before the next run starts
     if rank >= 0:
         dist.barrier()
         dist.destroy_process_group()

@@ -121,12 +121,13 @@ def test_cli_merges_ranks_and_rejects_bad_layout_files(tmp_path):
 
 # -- real parallel runs ----------------------------------------------------------------------------------
 
-def run_scenario(root: Path, scenario: str, fault: str, golden: bool = True) -> Path:
-    """The scenario's golden (one process) and its target (two gloo processes) under `root`."""
+def run_scenario(root: Path, scenario: str, faults: str) -> Path:
+    """The scenario's golden (one process) and its target runs ROOT/target_FAULT (two gloo processes) under `root`."""
     root.mkdir(parents=True, exist_ok=True)
-    base = [sys.executable, str(WORKERS), scenario, fault]
-    if golden:
-        subprocess.run([*base, "-1", "2", str(root)], check=True, timeout=300, capture_output=True)
+    base = [sys.executable, str(WORKERS), scenario, faults]
+    golden = subprocess.Popen([*base, "-1", "2", str(root)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    _, err = golden.communicate(timeout=300)
+    assert golden.returncode == 0, err[-3000:]
     procs = [subprocess.Popen([*base, str(r), "2", str(root)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                               text=True) for r in (0, 1)]
     for p in procs:
@@ -135,57 +136,49 @@ def run_scenario(root: Path, scenario: str, fault: str, golden: bool = True) -> 
     return root
 
 
-def verdict(root: Path, golden: Path | None = None):
-    g, t = opdiff.load(golden or root / "golden"), merge_ranks(opdiff.load(root / "target"))
+def verdict(root: Path, fault: str):
+    g, t = opdiff.load(root / "golden"), merge_ranks(opdiff.load(root / f"target_{fault}"))
     cmp = compare(g, t, progress=False, workers=1)
     return cmp, check_parallel(t, g, cmp.results)
 
 
 @pytest.fixture(scope="module")
-def megatron_golden(tmp_path_factory):
-    root = tmp_path_factory.mktemp("megatron")
-    subprocess.run([sys.executable, str(WORKERS), "megatron", "none", "-1", "2", str(root)], check=True, timeout=300,
-                   capture_output=True)
-    return root / "golden"
+def megatron(tmp_path_factory):
+    return run_scenario(tmp_path_factory.mktemp("megatron"), "megatron", "none,slice,noreduce,maxop,stale")
 
 
-def test_megatron_tp2_with_layout_file_clean_and_wrong_slice(tmp_path, megatron_golden):
-    cmp, chk = verdict(run_scenario(tmp_path / "clean", "megatron", "none", golden=False), megatron_golden)
+def test_megatron_tp2_with_layout_file_clean(megatron):
+    cmp, chk = verdict(megatron, "none")
     assert cmp.passed() and not chk.findings and chk.checked_collectives == 4
-    meta = opdiff.load(tmp_path / "clean" / "target").meta
+    meta = opdiff.load(megatron / "target_none").meta
     assert meta["layout_sources"] == ["dtensor", "layout-file"] and meta["layout_rules"]["rules"]
-    cmp, chk = verdict(run_scenario(tmp_path / "slice", "megatron", "slice", golden=False), megatron_golden)
-    o = chk.origin()
-    assert not cmp.passed()
-    assert (o.kind, o.ranks, o.region, o.record) == (SHARD, (1,), "dim 0 [16:32]",
-                                                     "layers.0.mlp.up/parameter#0/forward/parameter/weight")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fault, kind, ranks, record", [
+    ("slice", SHARD, (1,), "layers.0.mlp.up/parameter#0/forward/parameter/weight"),
     ("noreduce", REPLICAS, (0, 1), "layers.0.attn.o/RowParallelLinear#0/forward/output/0"),
     ("maxop", MISREDUCED, (0, 1), "layers.0.attn.o/torch.distributed.all_reduce#0"),
     ("stale", REPLICAS, (1,), "layers.1.mlp_norm/parameter#0/forward/parameter/weight"),
 ])
-def test_megatron_faults_named(tmp_path, megatron_golden, fault, kind, ranks, record):
-    cmp, chk = verdict(run_scenario(tmp_path, "megatron", fault, golden=False), megatron_golden)
+def test_megatron_faults_named_with_rank_shard_and_op(megatron, fault, kind, ranks, record):
+    cmp, chk = verdict(megatron, fault)
     o = chk.origin()
     assert (o.kind, o.ranks, o.record) == (kind, ranks, record), o
     assert chk.failed() or not cmp.passed()
-    if fault == "noreduce":
-        assert "missing all_reduce" in o.detail
-    if fault == "maxop":
-        assert "(max) does not" in o.detail
+    detail = {"slice": "", "noreduce": "missing all_reduce", "maxop": "(max) does not", "stale": "differs from rank 0"}
+    assert detail[fault] in o.detail
+    if fault == "slice":
+        assert o.region == "dim 0 [16:32]"
 
 
 @pytest.mark.slow
 def test_dtensor_tensor_and_sequence_parallel_clean_and_wrong_shard(tmp_path):
-    cmp, chk = verdict(run_scenario(tmp_path / "clean", "dtensor", "none"))
+    root = run_scenario(tmp_path, "dtensor", "none,slice")
+    cmp, chk = verdict(root, "none")
     assert cmp.passed() and not chk.findings
-    kinds = {r.extra["layout"]["source"] for r in merge_ranks(opdiff.load(tmp_path / "clean" / "target")).records}
+    kinds = {r.extra["layout"]["source"] for r in merge_ranks(opdiff.load(root / "target_none")).records}
     assert {"dtensor", "layout-file"} <= kinds
-    run_scenario(tmp_path / "slice", "dtensor", "slice", golden=False)
-    p = cli("diagnose", tmp_path / "clean" / "golden", tmp_path / "slice" / "target", "--no-replay", "--json")
+    p = cli("diagnose", root / "golden", root / "target_slice", "--no-replay", "--json")
     assert p.returncode == 1, p.stderr
     doc = json.loads(p.stdout)
     assert doc["verdict"] == "fault" and doc["culprit"]["module"] == "layers.0.mlp.up"
@@ -195,10 +188,33 @@ def test_dtensor_tensor_and_sequence_parallel_clean_and_wrong_shard(tmp_path):
 
 @pytest.mark.slow
 def test_pipeline_two_stages_against_one_process(tmp_path):
-    cmp, chk = verdict(run_scenario(tmp_path / "clean", "pipeline", "none"))
-    assert cmp.passed() and len(cmp.results) == len(opdiff.load(tmp_path / "clean" / "golden").records)
-    cmp, chk = verdict(run_scenario(tmp_path / "fault", "pipeline", "slice"))
+    root = run_scenario(tmp_path, "pipeline", "none,slice")
+    cmp, chk = verdict(root, "none")
+    assert cmp.passed() and len(cmp.results) == len(opdiff.load(root / "golden").records)
+    cmp, chk = verdict(root, "slice")
     first = cmp.first_fail()
     assert first.target.module == "layers.1.mlp.down"
     o = chk.origin()
     assert o.ranks == (0,) and o.record == first.target.name
+
+
+def test_replicas_command_without_golden(tmp_path):
+    w = RNG.standard_normal((3, 3)).astype(np.float32)
+    act = [RNG.standard_normal(4).astype(np.float32) for _ in range(3)]  # data parallel: each rank its own batch
+
+    def part(r, weight):
+        return [Tensor("fc", "parameter", "parameter", "weight", weight),
+                Tensor("fc", "Linear", "output", "0", act[r]),
+                Tensor("fc", "Linear", "input", "0", act[0], extra=lay(["R"], (0, 1, 2)))]
+    write_run(tmp_path / "same", {(r, 0): part(r, w) for r in range(3)})
+    p = cli("replicas", tmp_path / "same", "--match", "parameter")
+    assert p.returncode == 0 and "2 replicated record(s) checked, 0 disagree" in p.stdout, p.stdout + p.stderr
+    stale = {(r, 0): part(r, w if r != 2 else w * np.float32(1.0001)) for r in range(3)}
+    write_run(tmp_path / "stale", stale)
+    p = cli("replicas", tmp_path / "stale", "--match", "parameter", "--json")
+    assert p.returncode == 1, p.stderr
+    doc = json.loads(p.stdout)
+    assert [(f["kind"], f["ranks"], f["record"]) for f in doc["findings"]] == [
+        (REPLICAS, [2], "fc/parameter#0/forward/parameter/weight")]
+    p = cli("replicas", tmp_path / "stale", "--match", "(")
+    assert p.returncode == 2 and "bad regex" in p.stderr

@@ -106,6 +106,24 @@ def check_parallel(target: LogicalDump, golden: Dump | None = None, results: Ite
     return out
 
 
+def check_replicas(target: LogicalDump, pattern: str | None = None) -> ParallelCheck:
+    """Replicas only, no golden: copies a layout declares (DTensor, layout file) plus, where nothing is declared,
+    the parameters and their gradients (data parallel), or the records whose name `pattern` finds."""
+    import re
+
+    rx = re.compile(pattern) if pattern else None
+    pos = {r.name: float(r.index) for r in target.records}
+    out = ParallelCheck(target.ranks)
+    for name, lg in target.logical.items():
+        declared = lg.layout.source != "default"
+        rec = lg.shards[0].record
+        if not (declared or (rx.search(name) if rx else rec.level == "param")):
+            continue
+        out.checked_replicas += _has_copies(lg)
+        out.findings += _replicas(target, name, lg, pos[name], None, None, preset("default"))
+    return out
+
+
 # -- replicas ----------------------------------------------------------------------------------
 
 def _copy_groups(lg: Logical) -> list[list[Shard]]:
