@@ -130,9 +130,8 @@ def run_scenario(root: Path, scenario: str, faults: str) -> Path:
     assert golden.returncode == 0, err[-3000:]
     procs = [subprocess.Popen([*base, str(r), "2", str(root)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                               text=True) for r in (0, 1)]
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-3000:]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(f"rank {r}: {e[-2500:]}" for r, e in enumerate(errs))
     return root
 
 
