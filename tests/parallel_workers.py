@@ -250,7 +250,53 @@ def run_pipeline(rank: int, root: str, fault: str) -> None:
             model(y)
 
 
-SCENARIOS = {"megatron": run_megatron, "dtensor": run_dtensor, "pipeline": run_pipeline}
+# data parallel: each rank's activations (and their gradients) are its slice of the global batch
+FSDP_LAYOUT = """\
+rules:
+  - {match: '/(forward|backward)/(input|output)/', shard: 0}
+"""
+
+
+def run_fsdp(rank: int, root: str, fault: str) -> None:
+    """One training step (forward, backward, SGD update) of the global batch; FSDP2 shards it over the ranks."""
+    model = seeded_model()
+    torch.manual_seed(2)
+    x = torch.randn(4, SEQ, DIM)
+    if rank < 0:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        return train_step(model, opt, x, f"{root}/golden", x.numel())
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model.layers:
+        fully_shard(block)
+    fully_shard(model)
+    # each rank's loss is its share of the global batch's loss, so activation gradients equal the golden's;
+    # FSDP averages the parameter gradients over the ranks (gloo has no pre-multiplied sum to make it sum
+    # them), so the step multiplies them back by the world size before the update
+    scale = dist.get_world_size()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    if fault == "slice" and rank == 1:  # rank 1's shard of a weight is off before the step
+        with torch.no_grad():
+            model.layers[1].mlp.up.weight._local_tensor.mul_(1.01)
+    with open(f"{root}/layout.yaml", "w") as f:
+        f.write(FSDP_LAYOUT)
+    n = x.shape[0] // dist.get_world_size()
+    train_step(model, opt, x[rank * n:(rank + 1) * n], f"{root}/target_{fault}", x.numel(), scale,
+               layout=f"{root}/layout.yaml")
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, path: str, total: int, scale: int = 1,
+               **kw) -> None:
+    with opdiff.capture(model, path, mode="tensor", backward=True, optimizer=opt, **kw):
+        (model(x).pow(2).sum() / total).backward()
+        if scale != 1:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.grad.mul_(scale)
+        opt.step()
+
+
+SCENARIOS = {"fsdp": run_fsdp, "megatron": run_megatron, "dtensor": run_dtensor, "pipeline": run_pipeline}
 
 
 def main() -> None:

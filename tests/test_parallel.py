@@ -217,3 +217,40 @@ def test_replicas_command_without_golden(tmp_path):
         (REPLICAS, [2], "fc/parameter#0/forward/parameter/weight")]
     p = cli("replicas", tmp_path / "stale", "--match", "(")
     assert p.returncode == 2 and "bad regex" in p.stderr
+
+
+@pytest.mark.slow
+def test_fsdp2_training_step_against_one_process(tmp_path):
+    """Forward, backward and SGD update of FSDP2 (fully_shard) on two ranks, each with half the batch."""
+    root = run_scenario(tmp_path, "fsdp", "none,slice")
+    cmp, chk = verdict(root, "none")
+    fails = [r.target.name for r in cmp.results if r.result == "FAIL"]
+    # FSDP averages parameter gradients over the ranks; the step multiplies them back before the update, so only
+    # the gradients as FSDP left them (parameter hooks) differ, by exactly 1/world
+    assert fails and all(n.split("/")[1].startswith("parameter#") and "/backward/gradient/" in n for n in fails)
+    g, t = opdiff.load(root / "golden"), merge_ranks(opdiff.load(root / "target_none"))
+    ratio = (t.tensor(fails[0]).ravel() @ g.tensor(fails[0]).ravel()) / (g.tensor(fails[0]).ravel() ** 2).sum()
+    assert ratio == pytest.approx(0.5, rel=1e-5)
+    passed = {r.target.name for r in cmp.results if r.result == "PASS"}
+    assert any("/update/output/" in n for n in passed) and any("/backward/input/" in n for n in passed)
+    assert any(r.extra["layout"]["placements"] == ["S(0)"] and r.extra["layout"]["source"] == "dtensor"
+               for r in t.records)
+    cmp, chk = verdict(root, "slice")
+    o = chk.origin()
+    assert (o.kind, o.ranks, o.region, o.record) == (SHARD, (1,), "dim 0 [16:32]",
+                                                     "layers.1.mlp.up/parameter#0/forward/parameter/weight")
+
+
+def test_capture_leaves_storages_resizable(tmp_path):
+    """FSDP2 frees unsharded parameters by resizing their storage: capture must not pin storages."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    x = torch.randn(2, 4)
+    plain = model(x)
+    with opdiff.capture(model, tmp_path / "d", mode="tensor", backward=True):
+        out = model(x)
+        out.sum().backward()
+    assert torch.equal(out, plain)
+    assert all(p.untyped_storage().resizable() for p in model.parameters())
+    assert x.untyped_storage().resizable() and out.untyped_storage().resizable()

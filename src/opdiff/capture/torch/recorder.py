@@ -134,7 +134,9 @@ class Recorder:
                role: str, pos: str, source: str | None = None, extra: dict[str, Any] | None = None) -> Record | None:
         """Record one tensor (stats, hash, data per mode); None when the format cannot hold it.
 
-        A DTensor is recorded as the shard this rank holds, with its layout (capture/torch/layout.py)."""
+        A DTensor is recorded as the shard this rank holds, with its layout (capture/torch/layout.py); it is
+        remembered by the DTensor itself, whose version counter (not its local tensor's) counts in-place changes."""
+        ident = t
         t, layout = unwrap(t)
         if layout is not None:
             extra = {**(extra or {}), "layout": layout}
@@ -151,7 +153,7 @@ class Recorder:
         rec = Record(index=0, name=rname, node=node, module=module, op=op, level=level, call=call,
                      direction=direction, role=role, pos=pos, dtype=name, shape=tuple(t.shape),
                      source=source, extra=extra or {})
-        seen = self.lookup(t)
+        seen = self.lookup(ident)
         if seen is not None and seen.record is None:  # a view of a recorded tensor: link only
             rec.src = seen.producer
             seen = None
@@ -169,7 +171,7 @@ class Recorder:
             rec.stats = self._stats(t, name)
             if self.mode == "hash":
                 rec.hash = hash_of(t, name)
-        self._remember(t, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
+        self._remember(ident, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
         self.writer.add(rec, array)
         return rec
 

@@ -8,6 +8,7 @@ in float64 and copy only what must be hashed or stored.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import warnings
 
@@ -54,8 +55,20 @@ def dtype_name(t: torch.Tensor) -> str | None:
 
 
 def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:
-    """A numpy view (no copy) of a contiguous CPU tensor, with the dtype the format uses for `name`."""
+    """A numpy view (no copy) of a contiguous CPU tensor, with the dtype the format uses for `name`.
+
+    Made from the data pointer, not `Tensor.numpy()`: that marks the tensor's storage non-resizable for
+    good, and FSDP2 frees its unsharded parameters by resizing their storage to 0. The view is used
+    at once (statistics, hash, copy), while the tensor is alive."""
     t = t.detach()
+    dtype = numpy_dtype(name)
+    if t.numel() == 0 or not t.is_contiguous():
+        return np.empty(tuple(t.shape), dtype=dtype) if t.numel() == 0 else _numpy_of(t, name)
+    buf = (ctypes.c_char * (t.numel() * t.element_size())).from_address(t.data_ptr())
+    return np.frombuffer(buf, dtype=dtype, count=t.numel()).reshape(tuple(t.shape))
+
+
+def _numpy_of(t: torch.Tensor, name: str) -> np.ndarray:
     as_int = _AS_INT.get(t.dtype)
     if as_int is not None:
         return t.view(as_int).numpy().view(numpy_dtype(name))
