@@ -19,7 +19,7 @@ from ..base.outdir import check_replaceable, check_writable, write_atomic
 from ..base.termsafe import safe, safe_deep
 from .common import open_dump
 from .dask_opts import dask_options
-from .parallel_opts import open_sides, parallel_check, parallel_options, print_parallel
+from .parallel_opts import merged, open_sides, parallel_check, parallel_options, print_parallel
 
 LEVELS = ("module", "api", "aten")
 
@@ -83,6 +83,10 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
 
         html_cmp = compare(g, t, mapping=mapping, workers=workers)
         cmp = cmp or html_cmp
+    if cmp is None and merged(t):  # one comparison for the diagnosis and the parallel checks
+        from ..compare import compare
+
+        cmp = compare(g, t, mapping=mapping, workers=workers, progress=False)
     d = diagnose(g, t, mapping=mapping, comparison=cmp, replay=replay, level=level, workers=workers, rank=rank, step=step)
     if out_path is not None:
         write_atomic(out_path, lambda tmp: write_json(d, tmp))

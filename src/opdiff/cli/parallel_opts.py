@@ -57,6 +57,13 @@ def open_sides(golden: str, target: str, rank: int | None, step: int | None, all
     return (merge_ranks(g, rules) if _ranks(g) > 1 else g), (merge_ranks(t, rules) if _ranks(t) > 1 else t)
 
 
+def merged(d: Dump) -> bool:
+    """Whether a side is a merged (logical) run."""
+    from ..store.logical import LogicalDump
+
+    return isinstance(d, LogicalDump)
+
+
 def parallel_check(g: Dump, t: Dump, diagnosis: Any, cmp: Any) -> Any:
     """The parallel checks for diagnose (None unless the target was merged), on the pairs of the comparison it
     made or was given."""
@@ -68,6 +75,7 @@ def parallel_check(g: Dump, t: Dump, diagnosis: Any, cmp: Any) -> Any:
     from ..compare.shards import check_parallel
 
     results = cmp.results if cmp is not None and hasattr(cmp, "results") else compare(g, t, progress=False).results
+    # (diagnose hands in the comparison it made; a dict of Dask comparisons falls back to comparing here)
     return check_parallel(t, g, results)
 
 
