@@ -369,9 +369,9 @@ class Shell(cmd.Cmd):
 
             self.s.diagnosis = diagnose(self.s.golden, self.s.side("target"), mapping=self.s.mapping,
                                         comparison=self.s.compare())
-        from .diagnose.report import render
+        from . import report
 
-        render(self.s.diagnosis, self.con)
+        report.render(self.s.diagnosis, self.con)
 
     def do_quit(self, line: str) -> bool:
         """quit: leave the shell."""

@@ -67,20 +67,18 @@ def hunt_cmd(golden, target, out, level, detail_level, stats_mode, widen_by, rep
 
     Exits 0 when the runs agree, 1 on any other verdict, 2 on bad input or a run that does not repeat.
     """
-    import json
-
     from rich.console import Console
 
+    from .. import report
     from ..hunting import hunt
-    from ..hunting.report import render
 
     g, t = load_entry(golden), load_entry(target)
     res = hunt(g, t, out, level=level, detail_level=detail_level, stats_mode=stats_mode, widen_by=widen_by,
                replay=replay, force=force)
     if as_json:
-        click.echo(json.dumps(res.to_json(), indent=2, default=str))
+        click.echo(report.text(res))
     else:
-        render(res, Console(width=160))
+        report.render(res, Console(width=160))
     return res.exit_code
 
 

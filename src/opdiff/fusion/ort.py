@@ -137,13 +137,13 @@ def _made_by_culprit(target: dict[str, list[str]], fixed: dict[str, list[str]]) 
 
 
 def _write_reports(cmp: Comparison, out: Path) -> None:
-    from ..report import WRITERS
+    from .. import report
 
     for fmt in ("csv", "json"):
-        WRITERS[fmt](cmp, out / f"compare.{fmt}")
+        report.write(cmp, fmt, out / f"compare.{fmt}")
 
 
 def _finish(res: FusionResult) -> None:
-    import json
+    from .. import report
 
-    (res.out / RESULT_FILE).write_text(json.dumps(res.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
+    report.write(res, "json", res.out / RESULT_FILE)

@@ -16,13 +16,14 @@ import torch.nn.functional as F
 from ..base.errors import DumpError
 from ..base.pair import Metrics
 from ..base.record import Record
+from ..base.vocab import ReplayStatus
 from ..capture.torch.naming import flatten
 from ..metrics import names as M
 from ..metrics import tensor_metrics
 from ..metrics.thresholds import SIGNIFICANT, unit
 from ..store import Dump
 from ..store.names import parameter_record_name, record_name
-from . import ReplayResult
+from .result import ReplayResult
 
 
 class Unsupported(Exception):
@@ -267,7 +268,7 @@ def replay(golden: Dump, target: Dump, node: str, t_call: dict[str, Any] | None,
     return res
 
 
-def _fail(res: ReplayResult, reason: str, status: str = "unsupported") -> ReplayResult:
+def _fail(res: ReplayResult, reason: str, status: ReplayStatus = "unsupported") -> ReplayResult:
     res.status, res.reason = status, reason
     return res
 

@@ -48,7 +48,7 @@ _BODY = """<header><h1 id="title"></h1><div id="sub" class="muted"></div><div id
 </div></main>"""
 
 
-def render(doc: dict[str, Any], plotly: str | None) -> str:
+def page(doc: dict[str, Any], plotly: str | None) -> str:
     """The page's text for the document `doc` (html_data.build)."""
     # inside <script>, "</" would end the element early; plotly.min.js has none of "</script"
     js = (plotly or "").replace("</script", "<\\/script")
@@ -68,6 +68,6 @@ def write_html(cmp: Comparison, path: str | os.PathLike, diagnosis: Any = None, 
                samples: bool = True) -> None:
     """Write the comparison (and its diagnosis, if given) as one self-contained HTML page."""
     doc = html_data.build(cmp, diagnosis, title=title, samples=samples)
-    text = render(doc, plotly_js())
+    text = page(doc, plotly_js())
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
