@@ -14,6 +14,9 @@ LEVELS: tuple[Level, ...] = get_args(Level)
 # the levels a torch capture (and so `opdiff run`, `hunt`, `diagnose --level`) offers, coarse to fine
 TorchLevel = Literal["module", "api", "aten"]
 TORCH_LEVELS: tuple[TorchLevel, ...] = get_args(TorchLevel)
+# what a capture keeps of each tensor: data and statistics, statistics only, statistics and a content hash
+Mode = Literal["tensor", "stats", "hash"]
+MODES: tuple[Mode, ...] = get_args(Mode)
 # Record.extra keys of graph-engine captures (docs/fusion.md): the graph value a record holds (equal in two
 # runs of one model: tensor name, "tensor|consumer" for a node input), and the original nodes a fused op replaces
 GRAPH_VALUE = "graph_value"

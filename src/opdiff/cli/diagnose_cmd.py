@@ -16,10 +16,9 @@ from rich.console import Console
 from ..base.errors import OpdiffError
 from ..base.outdir import check_replaceable, check_writable
 from ..base.termsafe import safe, safe_deep
+from ..base.vocab import TORCH_LEVELS as LEVELS
 from .common import open_dump
 from .dask_opts import dask_options
-
-LEVELS = ("module", "api", "aten")
 
 
 def _out_file(path: str | None, force: bool) -> Path | None:

@@ -67,8 +67,8 @@ def _settings_for(off: frozenset[str], config: dict[str, str], disabled: list[st
     return names, cfg
 
 
-def fusion_onnx(model: str | Path, inputs: str | Path | dict, out: str | Path, *, opt_level: str = "all",
-                disabled: list[str] | tuple = (), session_config: dict[str, str] | None = None,
+def fusion_onnx(model: str | Path, inputs: str | Path | dict[str, Any], out: str | Path, *, opt_level: str = "all",
+                disabled: list[str] | tuple[str, ...] = (), session_config: dict[str, str] | None = None,
                 thresholds: Any = None, force: bool = False, workers: int | None = 1) -> FusionResult:
     """Golden: `model` with optimization off; target: with `opt_level`; compare; bisect if they differ."""
     t0 = time.perf_counter()

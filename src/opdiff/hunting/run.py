@@ -67,14 +67,14 @@ def region_regex(module: str) -> str:
     return f"^{re.escape(module)}(\\.|$)" if module else ".*"
 
 
-def suspect(diag) -> str | None:
+def suspect(diag: Diagnosis) -> str | None:
     """The module pass 1 blames: the culprit's, else the first divergence's (None: nothing to narrow)."""
     if diag.verdict in ("pass", "inputs-differ"):
         return None
-    for where in (diag.culprit, diag.first_divergence):
-        if where and where.get("module") is not None:
-            return where["module"]
-    return None
+    if diag.culprit is not None:
+        return diag.culprit.module
+    module = (diag.first_divergence or {}).get("module")
+    return module if isinstance(module, str) else None
 
 
 def widen(module: str, levels: int) -> str:
@@ -99,7 +99,7 @@ def _prepare(out: Path, force: bool) -> None:
     prepare_outputs(out, force, OUTPUTS, hint="use --force to replace hunt's outputs")
 
 
-def _capture_pass(fns: dict[str, Callable], out: Path, tag: str, mode: str, level: str,
+def _capture_pass(fns: dict[str, Callable[[CaptureBlock], Any]], out: Path, tag: str, mode: str, level: str,
                   include: str | None) -> dict[str, Dump]:
     dumps = {}
     for side, fn in fns.items():

@@ -211,7 +211,7 @@ def _module_fn(golden: Dump, target: Dump, op: str, module: str):
     return lambda ids: F.embedding(ids, w)  # Embedding
 
 
-def _run(fn, call: dict[str, Any], inputs: _Inputs):
+def _run(fn, call: dict[str, Any], inputs: _Inputs | _GoldenInputs):
     args = decode(call.get("args", []), inputs)
     kwargs = decode({"dict": call.get("kwargs", {})}, inputs) if call.get("kwargs") else {}
     with torch.no_grad():

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compare.run import Comparison
+from ..diagnose.verdict import Diagnosis
 from . import html_data
 
 
@@ -64,7 +65,7 @@ def page(doc: dict[str, Any], plotly: str | None) -> str:
     ])
 
 
-def write_html(cmp: Comparison, path: str | os.PathLike, diagnosis: Any = None, title: str = "opdiff report",
+def write_html(cmp: Comparison, path: str | os.PathLike[str], diagnosis: Diagnosis | None = None, title: str = "opdiff report",
                samples: bool = True) -> None:
     """Write the comparison (and its diagnosis, if given) as one self-contained HTML page."""
     doc = html_data.build(cmp, diagnosis, title=title, samples=samples)

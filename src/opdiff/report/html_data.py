@@ -153,8 +153,8 @@ def _diagnosis_names(d: dict[str, Any] | None) -> list[str]:
     evidence, the path of divergence. The first is the pair the page marks as the culprit."""
     if not d:
         return []
-    ev = d.get("evidence") if isinstance(d.get("evidence"), dict) else {}
-    cu = d.get("culprit") if isinstance(d.get("culprit"), dict) else {}
+    ev: dict[str, Any] = d["evidence"] if isinstance(d.get("evidence"), dict) else {}
+    cu: dict[str, Any] = d["culprit"] if isinstance(d.get("culprit"), dict) else {}
     names = [t.get("target") for t in ev.get("outputs") or [] if isinstance(t, dict)]
     names += [cu.get("target"), cu.get("golden")]
     for group in ev.values():
