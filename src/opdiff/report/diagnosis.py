@@ -18,12 +18,12 @@ STYLE = {"pass": "bold green", "drift": "bold yellow", "fault": "bold red", "ove
          "inputs-differ": "bold magenta"}
 
 
-def fmt(x: Any, digits: int = 4) -> str:
+def fmt(x: object, digits: int = 4) -> str:
     """Short rendering of a number for the tables (the one formatter, base/numfmt.py)."""
     return numfmt.num(x, digits)
 
 
-def _cos(x: Any) -> str:
+def _cos(x: object) -> str:
     return numfmt.cosine(x)
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from rich.console import Console
 from rich.table import Table
@@ -31,7 +32,9 @@ class HuntLike(Protocol):
     out: Path
     verdict: str
     culprit: Culprit | None
-    passes: Any  # list[PassInfo]
+
+    @property
+    def passes(self) -> Sequence[PassLike]: ...
     full_tensor_bytes: int
     hunt_tensor_bytes: int
     diagnosis: Diagnosis | None

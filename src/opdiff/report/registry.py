@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 
@@ -37,7 +37,13 @@ FOLDERS = frozenset({"model-explorer"})  # formats written as a folder of files
 Writer = Callable[..., object]  # (result, path, **options): writes one file (or folder) at path
 
 
-def write_result_json(result: Any, path: str | os.PathLike[str]) -> None:
+class HasJson(Protocol):
+    """A result with one JSON form (every result type of docs/architecture.md has one)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+def write_result_json(result: HasJson, path: str | os.PathLike[str]) -> None:
     """A result's to_json() as JSON text (non-finite numbers become null: base/jsonsafe.py)."""
     Path(path).write_text(text(result) + "\n", encoding="utf-8")
 
@@ -100,7 +106,7 @@ def render(result: object, console: Console | None = None, **options: Any) -> No
     writer(result, CONSOLE)(result, console or Console(), **options)
 
 
-def text(result: Any) -> str:
+def text(result: HasJson) -> str:
     """A result's JSON text, for `--json` on stdout."""
     return dumps(result.to_json(), indent=2)
 

@@ -14,14 +14,14 @@ from ..backend import LazyBackend, lazy
 class OrtCapture(AbstractContextManager["OrtCapture"]):
     """Context manager: each `run(inputs)` captures one ORT run of the model into `path` (one run per capture)."""
 
-    def __init__(self, model: Any, path: str | os.PathLike[str], **options: Any):
+    def __init__(self, model: object, path: str | os.PathLike[str], **options: Any):
         self.model, self.path, self.options = model, path, options
         self.meta: dict[str, Any] | None = None
 
     def __enter__(self) -> OrtCapture:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         return None
 
     def run(self, inputs: Any) -> dict[str, Any]:
