@@ -65,7 +65,7 @@ def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:
     if t.numel() == 0 or not t.is_contiguous():
         return np.empty(tuple(t.shape), dtype=dtype) if t.numel() == 0 else _numpy_of(t, name)
     buf = (ctypes.c_char * (t.numel() * t.element_size())).from_address(t.data_ptr())
-    return np.frombuffer(buf, dtype=dtype, count=t.numel()).reshape(tuple(t.shape))
+    return np.frombuffer(memoryview(buf), dtype=dtype, count=t.numel()).reshape(tuple(t.shape))
 
 
 def _numpy_of(t: torch.Tensor, name: str) -> np.ndarray:
