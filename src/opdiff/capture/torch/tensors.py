@@ -62,8 +62,10 @@ def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:
     at once (statistics, hash, copy), while the tensor is alive."""
     t = t.detach()
     dtype = numpy_dtype(name)
-    if t.numel() == 0 or not t.is_contiguous():
-        return np.empty(tuple(t.shape), dtype=dtype) if t.numel() == 0 else _numpy_of(t, name)
+    if t.numel() == 0:
+        return np.empty(tuple(t.shape), dtype=dtype)
+    if not t.is_contiguous() or type(t) not in (torch.Tensor, torch.nn.Parameter):
+        return _numpy_of(t, name)  # a subclass (an async collective's result) makes its data ready on dispatch
     buf = (ctypes.c_char * (t.numel() * t.element_size())).from_address(t.data_ptr())
     return np.frombuffer(memoryview(buf), dtype=dtype, count=t.numel()).reshape(tuple(t.shape))
 
