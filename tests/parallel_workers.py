@@ -171,9 +171,9 @@ def run_megatron(rank: int, root: str, fault: str) -> None:
     if fault == "stale" and rank == 1:  # a replicated norm weight rank 1 never received
         with torch.no_grad():
             tp.layers[1].mlp_norm.weight.mul_(1.01)
-    with open(f"{root}/layout.yaml", "w") as f:
+    with open(f"{root}/layout{rank}.yaml", "w") as f:
         f.write(MEGATRON_LAYOUT)
-    capture_run(tp, f"{root}/target_{fault}", layout=f"{root}/layout.yaml")
+    capture_run(tp, f"{root}/target_{fault}", layout=f"{root}/layout{rank}.yaml")
 
 
 def run_dtensor(rank: int, root: str, fault: str) -> None:
@@ -207,9 +207,9 @@ def run_dtensor(rank: int, root: str, fault: str) -> None:
         with torch.no_grad():
             local = model.layers[0].mlp.up.weight._local_tensor
             local.copy_(local.roll(1, dims=0))
-    with open(f"{root}/layout.yaml", "w") as f:
+    with open(f"{root}/layout{rank}.yaml", "w") as f:
         f.write(SEQUENCE_LAYOUT)
-    capture_run(model, f"{root}/target_{fault}", layout=f"{root}/layout.yaml")
+    capture_run(model, f"{root}/target_{fault}", layout=f"{root}/layout{rank}.yaml")
 
 
 # the local tensors between the sequence-parallel regions are the ranks' slices of the sequence (dim 1);
@@ -278,11 +278,11 @@ def run_fsdp(rank: int, root: str, fault: str) -> None:
     if fault == "slice" and rank == 1:  # rank 1's shard of a weight is off before the step
         with torch.no_grad():
             model.layers[1].mlp.up.weight._local_tensor.mul_(1.01)
-    with open(f"{root}/layout.yaml", "w") as f:
+    with open(f"{root}/layout{rank}.yaml", "w") as f:
         f.write(FSDP_LAYOUT)
     n = x.shape[0] // dist.get_world_size()
     train_step(model, opt, x[rank * n:(rank + 1) * n], f"{root}/target_{fault}", x.numel(), scale,
-               layout=f"{root}/layout.yaml")
+               layout=f"{root}/layout{rank}.yaml")
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, path: str, total: int, scale: int = 1,
