@@ -8,7 +8,6 @@ in float64 and copy only what must be hashed or stored.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import warnings
 
@@ -57,17 +56,15 @@ def dtype_name(t: torch.Tensor) -> str | None:
 def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:
     """A numpy view (no copy) of a contiguous CPU tensor, with the dtype the format uses for `name`.
 
-    Made from the data pointer, not `Tensor.numpy()`: that marks the tensor's storage non-resizable for
-    good, and FSDP2 frees its unsharded parameters by resizing their storage to 0. The view is used
-    at once (statistics, hash, copy), while the tensor is alive."""
+    Made through DLPack, not `Tensor.numpy()`: that marks the tensor's storage non-resizable for good,
+    and FSDP2 frees its unsharded parameters by resizing their storage to 0. A subclass (an async
+    collective's result) is read through dispatch, which makes its data ready."""
     t = t.detach()
-    dtype = numpy_dtype(name)
-    if t.numel() == 0:
-        return np.empty(tuple(t.shape), dtype=dtype)
-    if not t.is_contiguous() or type(t) not in (torch.Tensor, torch.nn.Parameter):
-        return _numpy_of(t, name)  # a subclass (an async collective's result) makes its data ready on dispatch
-    buf = (ctypes.c_char * (t.numel() * t.element_size())).from_address(t.data_ptr())
-    return np.frombuffer(memoryview(buf), dtype=dtype, count=t.numel()).reshape(tuple(t.shape))
+    if type(t) is not torch.Tensor:
+        return _numpy_of(t, name)
+    as_int = _AS_INT.get(t.dtype)
+    arr = np.from_dlpack(t.view(as_int) if as_int is not None else t)
+    return arr.view(numpy_dtype(name)) if as_int is not None else arr
 
 
 def _numpy_of(t: torch.Tensor, name: str) -> np.ndarray:
