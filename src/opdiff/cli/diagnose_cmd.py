@@ -6,7 +6,6 @@ could be replayed, 1 when it could not, 2 on bad input.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,10 @@ from typing import Any
 import click
 from rich.console import Console
 
+from ..base import jsonsafe
 from ..base.errors import OpdiffError
 from ..base.outdir import check_replaceable, check_writable, write_atomic
-from ..base.termsafe import safe, safe_deep
+from ..base.termsafe import safe
 from .common import open_dump
 from .dask_opts import dask_options
 
@@ -93,7 +93,7 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     if as_json:
         click.echo(to_json_text(d))
     else:
-        render(safe_deep(d), Console(width=160), golden=safe(g.root), target=safe(t.root))
+        render(d, Console(width=160), golden=str(g.root), target=str(t.root))  # render makes them terminal-safe
         for p in (out_path, html_path):
             if p is not None:
                 click.echo(f"written: {safe(p)}")
@@ -124,7 +124,7 @@ def replay_cmd(golden, target, op, golden_op, as_json, rank, step, allow_partial
     t = open_dump(target, rank, step, allow_partial, "diagnose")
     res = replay(g, t, op, golden_node=golden_op)
     if as_json:
-        click.echo(json.dumps(res.to_json(), indent=2, default=str))
+        click.echo(jsonsafe.dumps(res.to_json(), indent=2))
         return 0 if res.status == "ok" else 1
     c = Console(width=160)
     c.print(f"[bold]replay[/] {safe(res.node)}  ({safe(res.level)} op {safe(res.op or '?')} in {safe(res.module or '<root>')})")

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from ..base import jsonsafe
 from ..base.errors import OpdiffError
 
 LEVELS = ("module", "api", "aten")
@@ -67,7 +68,6 @@ def hunt_cmd(golden, target, out, level, detail_level, stats_mode, widen_by, rep
 
     Exits 0 when the runs agree, 1 on any other verdict, 2 on bad input or a run that does not repeat.
     """
-    import json
 
     from rich.console import Console
 
@@ -78,7 +78,7 @@ def hunt_cmd(golden, target, out, level, detail_level, stats_mode, widen_by, rep
     res = hunt(g, t, out, level=level, detail_level=detail_level, stats_mode=stats_mode, widen_by=widen_by,
                replay=replay, force=force)
     if as_json:
-        click.echo(json.dumps(res.to_json(), indent=2, default=str))
+        click.echo(jsonsafe.dumps(res.to_json(), indent=2))
     else:
         render(res, Console(width=160))
     return res.exit_code

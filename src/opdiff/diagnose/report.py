@@ -11,6 +11,7 @@ from rich.text import Text
 
 from ..base import numfmt
 from ..base.jsonsafe import dumps
+from ..base.termsafe import safe, safe_deep
 from .verdict import Diagnosis
 
 STYLE = {"pass": "bold green", "drift": "bold yellow", "fault": "bold red", "overflow": "bold red",
@@ -48,8 +49,12 @@ def _tensor_table(title: str, rows: list[tuple[str, dict[str, Any]]], node: str 
 
 
 def render(d: Diagnosis, console: Console | None = None, *, golden: str = "", target: str = "") -> None:
-    """The readable report: verdict, culprit and its tensors, path of divergence, replay, advice, warnings."""
+    """The readable report: verdict, culprit and its tensors, path of divergence, replay, advice, warnings.
+
+    Every string of `d` (record and module names come from files anyone could write) is made safe for
+    the terminal here, once, whoever calls: no rich markup, no control characters."""
     c = console or Console()
+    d, golden, target = safe_deep(d), safe(golden), safe(target)
     if golden or target:
         c.print(f"[dim]golden[/] {golden}   [dim]target[/] {target}")
     counts = d.counts

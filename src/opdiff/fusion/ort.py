@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..base import jsonsafe
 from ..base.outdir import claim_dir
 from ..capture.onnxruntime import capture_onnx, load_model
 from ..capture.onnxruntime.inputs import load_npz
@@ -144,6 +145,5 @@ def _write_reports(cmp: Comparison, out: Path) -> None:
 
 
 def _finish(res: FusionResult) -> None:
-    import json
 
-    (res.out / RESULT_FILE).write_text(json.dumps(res.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
+    (res.out / RESULT_FILE).write_text(jsonsafe.dumps(res.to_json(), indent=2) + "\n", encoding="utf-8")

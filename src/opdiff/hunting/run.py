@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable
@@ -10,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..base import jsonsafe
 from ..base.errors import OpdiffError
 from ..base.outdir import prepare_outputs
 from ..compare.rows import write_atomic
@@ -148,5 +148,5 @@ def hunt(golden_fn: Callable[[CaptureBlock], Any], target_fn: Callable[[CaptureB
     write_json(res.diagnosis, out / "diagnosis.json")
     secs["total"] = time.perf_counter() - t0
     res.seconds = secs
-    write_atomic(out / "hunt.json", json.dumps(res.to_json(), indent=2, default=str))
+    write_atomic(out / "hunt.json", jsonsafe.dumps(res.to_json(), indent=2))
     return res

@@ -71,7 +71,7 @@
     const ev = d.evidence || {};
     let et = tensorRows("inputs", ev.inputs) + tensorRows("parameters", ev.parameters) + tensorRows("outputs", ev.outputs) + tensorRows("diverging", ev.diverging);
     if (et) h += `<b>Evidence</b><table>${et}</table>`;
-    if (ev.settings && typeof ev.settings === "object") {
+    if (ev.settings && typeof ev.settings === "object" && Object.keys(ev.settings).length) {  // no empty heading
       h += "<p><b>Settings that differ:</b> " + Object.entries(ev.settings).map(([k, s]) => `${esc(k)}: ${esc(s && s.golden)} vs ${esc(s && s.target)}`).join("; ") + "</p>";
     }
     if (d.path_of_divergence && d.path_of_divergence.length) {
