@@ -309,6 +309,8 @@ def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float 
     elif ng == 0.0 or nt == 0.0:
         cosine = None
         msgs.append(f"{M.COLUMN[M.COSINE]} N/A: {'golden' if ng == 0.0 else 'target'} is all zero")
+    elif c[K.C_DIFF] == 0:
+        cosine = 1.0  # the same values: exactly 1, not the 0.9999999999999998 the rounded sums give
     else:
         cosine = min(1.0, max(-1.0, a[K.A_SUM_GT] / (ng * nt)))
     euc = math.sqrt(a[K.A_SUM_D2])
