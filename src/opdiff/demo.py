@@ -56,6 +56,14 @@ def new_seed() -> int:
     return random.SystemRandom().randrange(1, 100_000)
 
 
+def pool(model: Any, benign: bool = False) -> list[str]:
+    """What a secret draw picks from for `model`: the faults of DEMO_FAULTS it can carry, or with `benign`
+    the harmless changes of DEMO_BENIGN; never a mix, so a first demo does not show a PASS page by chance."""
+    from .testing import faults
+
+    return [f for f in (DEMO_BENIGN if benign else DEMO_FAULTS) if faults.applicable(f, model)]
+
+
 def pick(model_name: str, seed: int | None, fault: str | None, benign: bool = False) -> tuple[str, int | None]:
     """The secret: which fault (from DEMO_FAULTS, or DEMO_BENIGN when `benign`), in which block (None: the middle one)."""
     from .testing import faults, zoo
@@ -63,8 +71,7 @@ def pick(model_name: str, seed: int | None, fault: str | None, benign: bool = Fa
     rng = random.Random(seed)
     model, _ = zoo.build(model_name, **_size(model_name))
     if fault is None:
-        choices = [f for f in (DEMO_BENIGN if benign else DEMO_FAULTS) if faults.applicable(f, model)]
-        fault = rng.choice(choices)
+        fault = rng.choice(pool(model, benign))
     elif fault not in faults.FAULTS:
         raise OpdiffError(f"--fault: unknown fault {fault!r} (choose from {', '.join(faults.FAULTS)})")
     _, stack = faults.blocks(model)
