@@ -3,10 +3,7 @@ without machine paths, a LICENSE matching pyproject."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("columns", ["60", "100", "200"])
-def test_help_lists_every_command_whole(columns):
-    env = {**os.environ, "COLUMNS": columns}
-    p = subprocess.run([sys.executable, "-m", "opdiff", "--help"], capture_output=True, text=True, timeout=120, env=env)
+def test_help_lists_every_command_whole(columns, opdiff_cli):
+    p = opdiff_cli("--help", env={"COLUMNS": columns})
     assert p.returncode == 0, p.stderr
     listing = " ".join(p.stdout.split("Commands:", 1)[1].split())
     assert "..." not in listing

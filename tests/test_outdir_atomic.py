@@ -86,13 +86,9 @@ def test_outputs_get_the_umasks_permissions(tmp_path, umask_027):
     assert (tmp_path / "overlays" / "a.json").stat().st_mode & 0o777 == 0o640
 
 
-def test_cli_reports_readable_under_a_group_umask(tmp_path):
+def test_cli_reports_readable_under_a_group_umask(tmp_path, opdiff_cli):
     """`opdiff compare` and `diagnose --html/--out` in a process whose umask is 002 (a shared CI folder):
     every report is -rw-rw-r--, the explorer folder drwxrwxr-x."""
-    import os
-    import subprocess
-    import sys
-
     import numpy as np
 
     from opdiff.testing.synthetic import Tensor, write_dump
@@ -104,8 +100,7 @@ def test_cli_reports_readable_under_a_group_umask(tmp_path):
                                      for i, t in enumerate(g)])
 
     def opdiff(*args):
-        return subprocess.run([sys.executable, "-m", "opdiff", *map(str, args)], capture_output=True, text=True,
-                              timeout=300, preexec_fn=lambda: os.umask(0o002))
+        return opdiff_cli(*args, umask=0o002)
 
     out = tmp_path / "cmp"
     p = opdiff("compare", tmp_path / "golden", tmp_path / "target", "-o", out, "--format", "csv,xlsx,json,html,model-explorer",
