@@ -58,7 +58,7 @@ def test_path_in_one_unit_named_by_each_ops_module(tmp_path, fault_block):
         _run(tmp_path / side, side == "target", blocks=5, fault_block=fault_block, fault=0.3)
     d = diagnose(load(tmp_path / "golden"), load(tmp_path / "target"), replay=False)
     assert d.verdict == "fault", d.summary
-    assert d.culprit["module"] == f"layers.{fault_block}.mlp"
+    assert d.culprit.module == f"layers.{fault_block}.mlp"
     path = d.path_of_divergence
     assert len(path) >= 3
     errs = [p["error_units"] for p in path]

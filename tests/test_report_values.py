@@ -22,10 +22,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from opdiff import report
 from opdiff.compare import compare
 from opdiff.diagnose import diagnose
-from opdiff.diagnose.report import render, to_json_text
-from opdiff.report import print_summary, write_csv, write_html, write_json, write_overlays, write_xlsx
 from opdiff.testing.synthetic import Tensor, write_dump
 
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e38, -3e38, 1e-45, 1e-38, 65504.0, 7e4, 1.0, -1.5]
@@ -87,25 +86,30 @@ def page_document(path: Path) -> object:
 
 
 def every_output(golden: Path, target: Path, out: Path) -> None:
-    """compare + diagnose, then every output format; each read back strictly."""
+    """compare + diagnose, then every output of the report registry; each read back strictly."""
     cmp = compare(golden, target)
     d = diagnose(golden, target, comparison=cmp, replay=False)
     con = Console(file=io.StringIO(), width=120)
-    print_summary(cmp, console=con, allow_unmatched=True)
-    render(d, con, golden=str(golden), target=str(target))
+    report.render(cmp, con, allow_unmatched=True)
+    report.render(d, con, golden=str(golden), target=str(target))
     assert d.verdict.upper() in con.file.getvalue()
-    write_csv(cmp, out / "c.csv")
+    report.write(cmp, "csv", out / "c.csv")
     with open(out / "c.csv", newline="", encoding="utf-8") as f:
         assert len(list(csv.DictReader(f))) == len(cmp.results)
-    write_xlsx(cmp, out / "c.xlsx")
+    report.write(cmp, "xlsx", out / "c.xlsx")
     assert openpyxl.load_workbook(out / "c.xlsx", read_only=True).active.max_row == len(cmp.results) + 1
-    write_json(cmp, out / "c.json")
+    report.write(cmp, "json", out / "c.json")
     assert len(_strict((out / "c.json").read_text(encoding="utf-8"), "compare.json")["pairs"]) == len(cmp.results)
-    assert _strict(to_json_text(d), "diagnosis JSON")["verdict"] == d.verdict
-    write_html(cmp, out / "r.html", diagnosis=d)
+    report.write(d, "json", out / "d.json")
+    assert _strict((out / "d.json").read_text(encoding="utf-8"), "diagnosis.json")["verdict"] == d.verdict
+    assert _strict(report.text(d), "diagnose --json")["verdict"] == d.verdict
+    report.write(cmp, "html", out / "c.html")
+    assert page_document(out / "c.html")["diagnosis"] is None
+    report.write(d, "html", out / "r.html", comparison=cmp)
     doc = page_document(out / "r.html")
     assert doc["diagnosis"]["verdict"] == d.verdict and len(doc["records"]["name"]) == len(cmp.results)
-    for p in write_overlays(cmp, out / "me"):
+    report.write(cmp, "model-explorer", out / "me")
+    for p in sorted((out / "me").iterdir()):
         _strict(p.read_text(encoding="utf-8"), str(p))
 
 
@@ -133,7 +137,7 @@ def test_overflow_diagnosis_through_every_output(tmp_path):
     write_dump(tmp_path / "golden", g)
     write_dump(tmp_path / "target", t)
     d = diagnose(tmp_path / "golden", tmp_path / "target", replay=False)
-    assert d.verdict == "overflow" and d.culprit["module"] == "l.1"
+    assert d.verdict == "overflow" and d.culprit.module == "l.1"
     every_output(tmp_path / "golden", tmp_path / "target", tmp_path)
     doc = page_document(tmp_path / "r.html")
     assert "inf" in json.dumps(doc["diagnosis"]["evidence"])  # the page gets the string, its script the number
