@@ -39,6 +39,32 @@ def read_strict_json(source: str | os.PathLike[str]) -> Any:
     return json.loads(text, parse_constant=bad)
 
 
+# Modules of the slow tier: each builds and runs real models (torch, TensorFlow, ONNX Runtime, torch.compile),
+# starts another tool's venv, a Dask cluster or a browser, or builds a wheel. `make test-fast` (pytest -m
+# "not slow") leaves them out; `make test` and CI run everything. A test may also mark itself slow.
+SLOW_MODULES = frozenset({
+    "test_capture_levels", "test_capture_module", "test_capture_session", "test_capture_stats", "test_capture_tf",
+    "test_capture_inplace", "test_compare_torch", "test_convert", "test_demo_cli", "test_diagnose_cli",
+    "test_diagnose_scenarios", "test_diagnose_training", "test_docs_run", "test_export_onnx", "test_fusion_onnx",
+    "test_fusion_torch", "test_hunt", "test_packaging", "test_reader_msprobe", "test_reader_tfdbg",
+    "test_replay_torch", "test_report_browser", "test_report_overflow_browser", "test_run_launcher",
+    "test_scale_dask", "test_tf_vs_torch", "test_trust_agree", "test_trust_cases", "test_trust_fuzz",
+    "test_trust_kill", "test_deferred_stats", "test_capture_cli", "test_report_explorer", "test_format_safetensors",
+    "test_unmatched_rule",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test of SLOW_MODULES `slow`; a listed module that no longer exists fails the run (no silent drift)."""
+    here = Path(__file__).parent
+    gone = sorted(m for m in SLOW_MODULES if not (here / f"{m}.py").is_file())
+    if gone:
+        raise pytest.UsageError(f"tests/conftest.py SLOW_MODULES names missing modules: {', '.join(gone)}")
+    for item in items:
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def opdiff_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run_opdiff
