@@ -88,12 +88,12 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     if html_path is not None:
         from ..report import write_html
 
-        title = f"opdiff diagnose: {g.root.name} vs {t.root.name}"
+        title = f"opdiff diagnose: {g.where.name} vs {t.where.name}"
         write_atomic(html_path, lambda tmp: write_html(html_cmp, tmp, diagnosis=d, title=title))
     if as_json:
         click.echo(to_json_text(d))
     else:
-        render(safe_deep(d), Console(width=160), golden=safe(g.root), target=safe(t.root))
+        render(safe_deep(d), Console(width=160), golden=safe(g.where), target=safe(t.where))
         for p in (out_path, html_path):
             if p is not None:
                 click.echo(f"written: {safe(p)}")

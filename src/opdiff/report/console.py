@@ -54,11 +54,11 @@ def input_warnings(golden: Dump, target: Dump) -> list[str]:
     lower precision than its target."""
     out = []
     try:
-        same = golden.root.resolve() == target.root.resolve()
+        same = golden.where.resolve() == target.where.resolve() and (golden.rank, golden.step) == (target.rank, target.step)
     except OSError:
         same = False
     if same:
-        out.append(f"golden and target are the same directory ({golden.root}): everything will agree")
+        out.append(f"golden and target are the same directory ({golden.where}): everything will agree")
     g, t = _float_dtype(golden), _float_dtype(target)
     if g and t and ROUNDING_UNIT[g] > ROUNDING_UNIT[t]:
         out.append(f"golden runs mostly in {g}, target in the more precise {t}: are GOLDEN and TARGET swapped? "
@@ -74,7 +74,7 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
     counts = cmp.counts()
     n = len(cmp.results)
     parts = [f"[{STYLE[k]}]{k} {counts.get(k, 0)}[/]" for k in (PASS, WARNING, FAIL, NA)]
-    con.print(f"[bold]opdiff compare[/]  {safe(cmp.golden.root)} (golden) vs {safe(cmp.target.root)} (target)  "
+    con.print(f"[bold]opdiff compare[/]  {safe(cmp.golden.where)} (golden) vs {safe(cmp.target.where)} (target)  "
               f"rank {cmp.target.rank} step {cmp.target.step}  mode {cmp.mode}  thresholds {cmp.thresholds.name}")
     for w in input_warnings(cmp.golden, cmp.target):
         con.print(f"[yellow]warning:[/] {w}", highlight=False)

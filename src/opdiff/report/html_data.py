@@ -181,8 +181,8 @@ def build(cmp: Comparison, diagnosis: Any = None, title: str = "opdiff report", 
     ff = cmp.first_fail()
     return {
         "title": title,
-        "golden": {"path": str(cmp.golden.root), "rank": cmp.golden.rank, "step": cmp.golden.step},
-        "target": {"path": str(cmp.target.root), "rank": cmp.target.rank, "step": cmp.target.step},
+        "golden": {"path": str(cmp.golden.where), "rank": cmp.golden.rank, "step": cmp.golden.step},
+        "target": {"path": str(cmp.target.where), "rank": cmp.target.rank, "step": cmp.target.step},
         "mode": cmp.mode,
         "thresholds": cmp.thresholds.name,
         "counts": cmp.counts(),

@@ -71,6 +71,15 @@ def _scan(root: Path) -> dict[tuple[int, int], Path]:
     return dict(sorted(parts.items()))
 
 
+INDEX_FILES = (DUMP_JSON,)
+
+
+def address(path: Path) -> tuple[int | None, int | None]:
+    """The (rank, step) a path names: a rank folder both, a step folder its step, the root neither."""
+    _, _, rank, step = _layout(Path(path))
+    return rank, step
+
+
 def recognise(path: Path) -> bool:
     """A directory holding dump.json, or step*/ (rank*|proc*)/dump.json below it (names only)."""
     path = Path(path)
@@ -115,7 +124,7 @@ class MsprobeDump(Dump):
             return TensorSpan(path=pt.path, offset=pt.byte_offset, dtype=pt.dtype, shape=tuple(pt.shape))
         return pt.array()
 
-    def with_part(self, rank: int, step: int) -> MsprobeDump:
+    def open_part(self, rank: int, step: int) -> MsprobeDump:
         if (rank, step) not in self._part_dirs:
             have = ", ".join(f"rank {r} step {s}" for r, s in self._part_dirs)
             raise DumpError(f"{self.root}: no msprobe part for rank {rank} step {step} (has {have})")

@@ -94,8 +94,8 @@ def hash_of(entry: dict[str, Any]) -> str | None:
 class _Builder:
     """Turns dump.json entries into Records, numbering calls per (module, op) as opdiff's capture does."""
 
-    def __init__(self, part: Path, construct: dict[str, Any], stacks: dict[str, str]):
-        self.part, self.construct, self.stacks = part, construct, stacks
+    def __init__(self, part: Path, construct: dict[str, Any], stacks: dict[str, str], framework: str = "pytorch"):
+        self.part, self.construct, self.stacks, self.framework = part, construct, stacks, framework
         self.counters: dict[tuple[str, str], int] = defaultdict(int)
         self.nodes: dict[str, tuple[str, str, int]] = {}  # forward key -> (module, op, call)
         self.out: list[tuple[tuple[Any, ...], Record]] = []
@@ -138,15 +138,19 @@ class _Builder:
         self.out.append((order, rec))
 
     def entry(self, i: int, key: str, value: Any, first: dict[str, int]) -> None:
-        name = parse_key(key)
+        name = parse_key(key, self.framework)
         if name is None or not isinstance(value, dict):
             self.problems.append(f"{self.part / DUMP_JSON}: entry {key!r} not understood, skipped")
             return
         if name.kind == "param_grad":
+            # msprobe counts `parameters_grad.N` on across steps; within a part the n-th one of a module is call n,
+            # so step 1's gradients pair by name with step 0's (and with opdiff's own capture)
+            call0 = self.counters[(name.module, "parameters_grad")]
+            self.counters[(name.module, "parameters_grad")] += 1
             for pname, grads in value.items():
                 for acc, g in enumerate(grads if isinstance(grads, list) else [grads]):
                     for pos, e in walk(g, pname):
-                        self.add((i, 1, 0), name, (name.module, "parameter", name.count + acc), "param", "backward", "gradient", pos, e)
+                        self.add((i, 1, 0), name, (name.module, "parameter", call0 + acc), "param", "backward", "gradient", pos, e)
             return
         node = self.node(name)
         level = "module" if name.kind == "module" else "api"
@@ -234,7 +238,7 @@ def read_part(part: Path) -> tuple[list[Record], dict[str, Any], list[str]]:
         raise DumpError(f"{part / DUMP_JSON}: not an msprobe dump.json (no 'data' object)")
     construct = read_json(part / CONSTRUCT_JSON, required=False)
     construct = construct if isinstance(construct, dict) else {}
-    b = _Builder(part, construct, stack_sources(read_json(part / STACK_JSON, required=False)))
+    b = _Builder(part, construct, stack_sources(read_json(part / STACK_JSON, required=False)), str(doc.get("framework")))
     keys = list(data)
     first = first_descendants(keys, construct)
     for i, key in enumerate(keys):

@@ -226,10 +226,6 @@ class TfdbgDump(Dump):
         return TensorSpan(path=d.file, offset=d.info.content[0], dtype=rec.dtype, shape=tuple(rec.shape),
                           hash=rec.hash)
 
-    def with_part(self, rank: int, step: int) -> TfdbgDump:
-        if (rank, step) != (0, 0):
-            raise DumpError(f"{self.root}: a tfdbg dump has one part (rank 0 step 0), not rank {rank} step {step}")
-        return self
 
 
 def open_dump(path: Path, rank: int | None = None, step: int | None = None) -> TfdbgDump:
@@ -243,7 +239,9 @@ def open_dump(path: Path, rank: int | None = None, step: int | None = None) -> T
         raise DumpError(f"{path}: a tensor in the tfdbg dump does not parse ({exc})") from None
     dump = TfdbgDump(root=path, meta=_meta(run, b), rank=0, step=0, records=b.records, parts=[(0, 0)],
                      problems=list(run.problems), run=run, _data=b.data, _arrays=b.arrays)
-    return dump.with_part(rank or 0, step or 0)
+    if (rank or 0, step or 0) != (0, 0):
+        dump.open_part(rank or 0, step or 0)  # says the format has one part
+    return dump
 
 
 def _meta(run: TfdbgRun, b: _Builder) -> dict[str, Any]:
