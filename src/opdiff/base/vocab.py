@@ -10,6 +10,8 @@ LEVELS = ("module", "api", "aten", "param", "graph")
 # runs of one model: tensor name, "tensor|consumer" for a node input), and the original nodes a fused op replaces
 GRAPH_VALUE = "graph_value"
 PROVENANCE_KEY = "fused_from"
+# Record.extra key a reader sets when a checksum the format carries fails: why (the pair is an error, never data)
+DAMAGED = "damaged"
 
 # match kinds: how a pair was made
 MATCH_NAME = "name"  # same record name on both sides
@@ -24,6 +26,7 @@ STATUS_SHAPE_MISMATCH = "shape-mismatch"
 STATUS_DTYPE_MISMATCH = "dtype-mismatch"  # only where the compare mode cannot bridge the dtypes (hash mode)
 STATUS_UNMATCHED = "unmatched"
 STATUS_ERROR = "error"  # data unreadable (corrupt tensor): metrics N/A, reason in err_message
+STATUS_NOT_JUDGED = "not-judged"  # both records hold nothing comparable (tfdbg NO_TENSOR): neither agreement nor not
 
 # results of a pair
 PASS, WARNING, FAIL, NA = "PASS", "WARNING", "FAIL", "N/A"

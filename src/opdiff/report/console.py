@@ -21,6 +21,13 @@ from ..store import Dump
 
 STYLE = {PASS: "green", WARNING: "yellow", FAIL: "red", NA: "dim"}
 KEY_METRICS = (M.COSINE, M.RED, M.MAX_ABS_ERR, M.MAX_REL_ERR, M.NORM_REL_DIFF, M.HASH_EQUAL)
+# the worst-pairs table's metric columns per compare mode, headed by each metric's own column name
+MODE_COLUMNS = {
+    "tensor": (M.COSINE, M.RED, M.MAX_ABS_ERR, M.MAX_REL_ERR),
+    "stats": (M.NORM_REL_DIFF, M.NORM_STATS_DIFF, M.MAX_REL_DIFF, M.MEAN_REL_DIFF),
+    "hash": (M.HASH_EQUAL,),
+    "counts": (M.NUMEL, M.DIFF_COUNT, M.NONFINITE_MISMATCH),
+}
 
 
 def _fmt(v: Any, key: str = "") -> str:
@@ -38,6 +45,20 @@ def _key_metrics(r: PairResult) -> str:
     m: Mapping[str, object] = r.metrics
     return "  ".join(f"{M.column(k)}={_rel(r.metrics) if k == M.MAX_REL_ERR else _fmt(m[k], k)}"
                      for k in KEY_METRICS if k in m)
+
+
+def worst_table(worst: list[PairResult]) -> Table:
+    """The worst pairs with the metrics of their compare mode(s), each column named by its metric."""
+    modes = [m for m in MODE_COLUMNS if any(r.mode == m for r in worst)]
+    keys = [k for m in modes for k in MODE_COLUMNS[m]]
+    t = Table(title=f"worst {len(worst)} pairs" + (f" ({'/'.join(modes)} mode)" if modes else ""), show_lines=False)
+    for c in ("#", "name", "result", *(M.column(k) + (" (abs)" if k == M.MAX_REL_ERR else "") for k in keys)):
+        t.add_column(c, overflow="fold")
+    for r in worst:
+        m: Mapping[str, object] = r.metrics
+        cells = [_rel(r.metrics) if k == M.MAX_REL_ERR else _fmt(m.get(k), k) for k in keys]
+        t.add_row(str(r.index), safe(r.name), f"[{STYLE[r.result]}]{r.result}[/]", *cells)
+    return t
 
 
 def _float_dtype(d: Dump) -> str | None:
@@ -94,14 +115,7 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
                 con.print(f"  [dim]{numfmt.UNIT_NOTE}[/]")
     worst = cmp.worst(top)
     if worst:
-        t = Table(title=f"worst {len(worst)} pairs", show_lines=False)
-        for c in ("#", "name", "result", "Cosine", "RelEuclidDist", "MaxAbsErr", "MaxRelErr (abs)"):
-            t.add_column(c, overflow="fold")
-        for r in worst:
-            m = r.metrics
-            t.add_row(str(r.index), safe(r.name), f"[{STYLE[r.result]}]{r.result}[/]", _fmt(m.get(M.COSINE), M.COSINE),
-                      _fmt(m.get(M.RED, m.get(M.NORM_REL_DIFF))), _fmt(m.get(M.MAX_ABS_ERR)), _rel(m))
-        con.print(t)
+        con.print(worst_table(worst))
     for side in ("golden", "target"):
         un = cmp.unmatched(side)
         if un:
