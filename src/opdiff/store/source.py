@@ -84,6 +84,8 @@ class Dump(ABC):
         folder never opens a part outside it."""
         if (rank, step) == (self.rank, self.step):
             return self
+        if (rank, step) not in self.parts and self.scope == (None, None):
+            return self.open_part(rank, step)  # the format says what it has
         if (rank, step) not in self.parts:
             have = ", ".join(f"rank {r} step {s}" for r, s in self.parts)
             raise DumpError(f"{self.where}: no part rank {rank} step {step} here (has {have})")
