@@ -4,6 +4,7 @@ agree, a GELU->ReLU bug never passes where the mode can see it, an overflow is n
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,7 @@ def dumps(tmp_path_factory) -> Path:
             if variant == "overflow" and mode in ("SHAPE", "NO_TENSOR"):
                 continue
             _run(root / variant / mode, mode, "gelu" if variant == "gelu2" else variant)
+    _run(root / "gelu" / "FULL_TENSOR", "FULL_TENSOR", "gelu")
     return root
 
 
@@ -104,3 +106,32 @@ def test_shape_mode_compares_shapes_and_dtypes(dumps):
     cmp = compare(d, load(dumps / "gelu2" / "SHAPE"))
     pr = next(r for r in cmp.results if r.name == mm.name)
     assert pr.result == "PASS" and "shape" in pr.err_message
+
+
+def test_crc32c_flags_a_damaged_record_and_the_rest_still_reads(dumps, tmp_path):
+    """One flipped byte inside a dumped tensor: its TFRecord checksum fails, that record (and the inputs that
+    share it) are errors, never compared as data; every other pair still compares. A flipped length byte
+    ends the file there and makes the dump incomplete (one line, exit 2)."""
+    from opdiff.store import TensorSpan
+
+    good = dumps / "gelu" / "FULL_TENSOR"
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)
+    d = load(bad)
+    rec = d["f/MatMul#0/forward/output/0"]
+    span = d.span(rec)
+    assert isinstance(span, TensorSpan)
+    raw = bytearray(span.path.read_bytes())
+    raw[span.offset + 3] ^= 0x10
+    span.path.write_bytes(bytes(raw))
+    cmp = compare(load(good), load(bad))
+    by = {r.name: r for r in cmp.results}
+    assert by[rec.name].status == "error" and "CRC-32C" in by[rec.name].err_message
+    assert by["f/AddV2#0/forward/input/0"].status == "error"  # reads the same bytes
+    assert sum(r.status == "compared" and r.result == "PASS" for r in cmp.results) >= 10
+    r = run_opdiff("compare", good, bad, "-o", tmp_path / "out")
+    assert r.returncode == 1, r.stderr
+    raw[8] ^= 0x01  # the first record's length checksum of the trace file
+    span.path.write_bytes(bytes(raw))
+    r = run_opdiff("compare", good, bad, "-o", tmp_path / "out2")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "length checksum" in r.stderr

@@ -23,6 +23,7 @@ import numpy as np
 
 from ...base.errors import DumpError
 from ...base.record import Record, Stats
+from ...base.vocab import DAMAGED
 from ..format import node_name, record_name
 from ..source import Dump, TensorSpan
 from ..stats import content_hash, tensor_stats
@@ -87,7 +88,7 @@ class _Builder:
         name = record_name(node, direction, role, pos)
         if src is not None:
             prod = self.records[self._index[src]]
-            same = {k: prod.extra[k] for k in ("tfdbg_mode", "held", "counts") if k in prod.extra}  # what it holds
+            same = {k: prod.extra[k] for k in ("tfdbg_mode", "held", "counts", DAMAGED) if k in prod.extra}  # what it holds
             rec = Record(0, name, node, module, op, level, call, direction, role, pos, prod.dtype, prod.shape,
                          stats=prod.stats, hash=prod.hash, source=source, data=prod.data, src=src, extra=extra | same)
             if src in self.data:
@@ -146,7 +147,7 @@ class _Builder:
         op = function_name(ev.op_type) if ev.graph_id or ev.op_type.startswith("__inference_") else ev.op_type
         node, call = self.node(module, op)
         source = user_source(self.run, ev.frames)
-        extra = {"tf_op_type": ev.op_type} | ({"tf_graph_id": ev.graph_id} if ev.graph_id else {})
+        extra = {"tf_op_type": ev.op_type} | ({"tf_graph_id": ev.graph_id} if ev.graph_id else {}) | _damage(ev)
         for k, tid in enumerate(ev.inputs):
             src = self.by_tensor_id.get(tid)
             if src is not None:
@@ -164,7 +165,7 @@ class _Builder:
         module = ".".join(p for p in (function_name(graph_name), scope.replace("/", ".")) if p)
         op = ev.op_type
         slot = ev.tensors[0][0] if ev.tensors else 0
-        extra = {"tf_op_name": ev.op_name, "tf_graph": graph_name}
+        extra = {"tf_op_name": ev.op_name, "tf_graph": graph_name} | _damage(ev)
         source = user_source(self.run, ev.frames)
         if prev is not None and prev[:2] == (ev.graph_id, ev.op_name) and slot > prev[2]:
             node, call = prev[3], prev[5]  # another output of the same op run
@@ -184,6 +185,11 @@ class _Builder:
             if rec is not None:
                 self.by_output[(ev.graph_id, ev.op_name, s)] = rec
         return (ev.graph_id, ev.op_name, slot, node, module, call)
+
+
+def _damage(ev: Event) -> dict[str, str]:
+    """The DAMAGED mark of the records of an event whose TFRecord checksum failed."""
+    return {DAMAGED: f"{ev.file.name}: its TFRecord fails its CRC-32C checksum"} if ev.damaged else {}
 
 
 @dataclass
