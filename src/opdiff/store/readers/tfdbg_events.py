@@ -289,6 +289,8 @@ def read_run(root: Path) -> TfdbgRun:
             rf = opened[kind] = open_records(path)
             if rf.cut_off:
                 problems.append(f"{path}: last record is cut off (the run stopped mid-write)")
+            if rf.bad_length == 0:
+                raise DumpError(f"{path}: not a tfdbg event file (its first record fails its length checksum, CRC-32C)")
             if rf.bad_length is not None:
                 problems.append(f"{path}: the record at byte {rf.bad_length} fails its length checksum (CRC-32C): "
                                 "the file is read up to there")
