@@ -31,6 +31,9 @@ DUMPS: dict[str, list[str]] = {
     # statistics at mix with the xor summary; two gloo ranks x two steps in statistics mode at L1
     "mix_xor": ["--task", "statistics", "--summary", "xor", "--level", "mix"],
     "ranks": ["--task", "statistics", "--level", "L1", "--ranks", "2", "--steps", "2"],
+    # tensor task with msprobe's checksums beside the data (bf16 CRC-32; fp32 xor): opdiff checks one against the other
+    "l1_md5_tensor_bf16": ["--task", "tensor", "--summary", "md5", "--level", "L1", "--dtype", "bfloat16"],
+    "l1_xor_tensor": ["--task", "tensor", "--summary", "xor", "--level", "L1"],
 }
 
 
