@@ -34,6 +34,11 @@ DUMPS: dict[str, list[str]] = {
     # tensor task with msprobe's checksums beside the data (bf16 CRC-32; fp32 xor): opdiff checks one against the other
     "l1_md5_tensor_bf16": ["--task", "tensor", "--summary", "md5", "--level", "L1", "--dtype", "bfloat16"],
     "l1_xor_tensor": ["--task", "tensor", "--summary", "xor", "--level", "L1"],
+    # statistics at L1, golden and a target with the GELU fault: msprobe's summary-mode results to match
+    "l1_stats": ["--task", "statistics", "--level", "L1", "--backward"],
+    "l1_stats_target": ["--task", "statistics", "--level", "L1", "--backward", "--fault-layer", "1"],
+    "l1_md5_target": ["--task", "statistics", "--summary", "md5", "--level", "L1", "--dtype", "bfloat16",
+                      "--fault-layer", "1"],
 }
 
 

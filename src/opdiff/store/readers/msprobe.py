@@ -110,6 +110,7 @@ class MsprobeDump(Dump):
             "framework": header.get("framework"), "msprobe_task": header.get("task"),
             "msprobe_level": header.get("level"), "mode": _mode(header, records),
             "level": {"L0": "module", "L1": "api"}.get(str(header.get("level")), "module+api"),
+            "msprobe_scalars": header.get("scalars", {}),  # non-tensor arguments by call, for msprobe-style results
         }
         super().__init__(root=path, meta=meta, rank=rank, step=step, records=records,
                          parts=sorted(part_dirs), problems=problems)
