@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from typing import Any
 
 from ..base.pair import PairResult
@@ -76,20 +77,50 @@ def _hash(r: Record | None) -> Any:
     return {"crc32": value, "xor64": f"0x{value}"}.get(kind, r.hash)
 
 
-def _summary(g: Record | None, t: Record | None) -> list[Any]:
-    """msprobe's summary-mode differences: NPU - Bench, and |diff / Bench| in percent ("N/A" for Bench 0)."""
-    diffs: list[Any] = []
-    rels: list[Any] = []
-    for attr in ("max", "min", "mean", "norm"):
-        a, b = _stat(t, attr), _stat(g, attr)
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-            d = a - b
-            diffs.append(d)
-            rels.append(f"{abs(d / b * 100)}%" if b != 0 else NA)
-        else:
-            diffs.append(NA)
-            rels.append(NA)
-    return diffs + rels
+def _kind(v: Any) -> str:
+    """msprobe's class of a statistic cell: nan, inf, -inf, num, device, na or other."""
+    s = str(v).lower()
+    if v is None or s in ("nan", "none"):
+        return "nan"
+    if s in ("inf", "-inf"):
+        return s
+    if s not in ("true", "false"):
+        try:
+            float(s)
+            return "num"
+        except ValueError:
+            pass
+    if any(d in s for d in ("npu", "cpu", "cuda")):
+        return "device"
+    return "na" if s == NA.lower() else "other"
+
+
+def summary_diff(a: Any, b: Any) -> tuple[Any, Any]:
+    """(diff, relative error) of one statistic as msprobe writes them: '0' when equal as text; NPU - Bench and
+    |diff / Bench| in percent for two numbers ('inf' for Bench 0); otherwise a word for the kinds that differ."""
+    if str(a) == str(b):
+        return "0", "0"
+    ka, kb = _kind(a), _kind(b)
+    if ka == kb == "num":
+        d = float(a) - float(b)
+        return d, f"{abs(d / float(b) * 100)}%" if float(b) != 0 else "inf"
+    if "na" in (ka, kb) or ka == kb == "device":
+        return NA, NA
+    if "device" in (ka, kb) or "other" in (ka, kb):
+        return "Diff", "Diff"
+    if "nan" in (ka, kb):
+        return "Nan", "Nan"
+    if ka in ("inf", "-inf"):
+        return ka, ka
+    if kb in ("inf", "-inf"):
+        return ("-inf", "-inf") if kb == "inf" else ("inf", "inf")
+    return NA, NA
+
+
+def _summary(npu: list[Any], bench: list[Any]) -> list[Any]:
+    """The four diffs, then the four relative errors, of (max, min, mean, l2norm)."""
+    pairs = [summary_diff(a, b) for a, b in zip(npu, bench)]
+    return [d for d, _ in pairs] + [r for _, r in pairs]
 
 
 def row(p: PairResult, mode: str) -> dict[str, Any]:
@@ -111,7 +142,8 @@ def row(p: PairResult, mode: str) -> dict[str, Any]:
             out.update(dict.fromkeys(("Cosine", "EucDist", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"),
                                      "unsupported"))
     elif mode == "stats":
-        out.update(zip(SUMMARY_METRICS, _summary(g, t)))
+        stats = ("max", "min", "mean", "norm")
+        out.update(zip(SUMMARY_METRICS, _summary([_stat(t, a) for a in stats], [_stat(g, a) for a in stats])))
     else:
         out["NPU MD5"], out["BENCH MD5"] = _hash(t), _hash(g)
     if mode != "hash":
@@ -148,6 +180,12 @@ def finish(rows: list[dict[str, Any]]) -> None:
         r["Err_message"] = json.dumps(r["Err_message"])
 
 
+def _text_crc(x: list[Any] | None) -> str:
+    if x is None or x[1] is None:
+        return NA
+    return f"{zlib.crc32(str(x[2]).encode()) & 0xFFFFFFFF:08x}"
+
+
 def scalar_row(name: str, leaf: list[Any], bench: str | None, gleaf: list[Any] | None, mode: str) -> dict[str, Any]:
     """msprobe's row of a non-tensor argument (`[name, type, value]`; type None for a None argument)."""
     def side(x: list[Any] | None) -> tuple[str, str, Any]:
@@ -164,12 +202,9 @@ def scalar_row(name: str, leaf: list[Any], bench: str | None, gleaf: list[Any] |
     if mode == "tensor":
         out.update(dict.fromkeys(TENSOR_METRICS, "unsupported"))
     elif mode == "stats":
-        num = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (nv, bv))
-        d = nv - bv if num else NA
-        rel = (f"{abs(d / bv * 100)}%" if bv != 0 else NA) if num else NA
-        out.update(zip(SUMMARY_METRICS, [d] * 4 + [rel] * 4))
-    else:
-        out["NPU MD5"], out["BENCH MD5"] = NA, NA
+        out.update(zip(SUMMARY_METRICS, _summary([nv] * 4, [bv] * 4)))
+    else:  # msprobe's md5 of a non-tensor argument: the CRC-32 of its text
+        out["NPU MD5"], out["BENCH MD5"] = _text_crc(leaf), _text_crc(gleaf)
     if mode != "hash":
         out.update(zip(SIDES, [nv] * 4 + [bv] * 4))
     out.update({"Requires_grad Consistent": True, "Result": "pass", "Err_message": [], STACK: NA})
