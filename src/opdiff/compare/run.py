@@ -33,6 +33,8 @@ from ..base.vocab import (
     STATUS_SHAPE_MISMATCH,
     STATUS_UNMATCHED,
     WARNING,
+    PairStatus,
+    PairVerdict,
 )
 from ..match.align import Pair, align
 from ..match.mapping import Mapping, load_mapping
@@ -182,7 +184,7 @@ def _range(rec: Record) -> tuple[float | None, float | None, float] | None:
     return s.min, s.max, s.mean if s.mean is not None else 0.0
 
 
-def _result(pair: Pair, status: str, mode: str, metrics: Metrics | None = None, result: str = NA,
+def _result(pair: Pair, status: PairStatus, mode: str, metrics: Metrics | None = None, result: PairVerdict = NA,
             bitwise: bool | None = None, err: str = "", precision: str = "") -> PairResult:
     return PairResult(index=0, golden=pair.golden, target=pair.target, match=pair.match, status=status, mode=mode,
                       metrics=metrics or Metrics(), result=result, bitwise_equal=bitwise, err_message=err,
@@ -222,7 +224,7 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
     if needs_counts(g, t):  # a side holds only counts, shape or flags (tfdbg health / SHAPE modes)
         metrics, result, reason = counts_compare(g, t)
         err = "; ".join(x for x in (reason, metrics.pop(ERR_MESSAGE, "")) if x)
-        status = STATUS_NOT_JUDGED if result == NA else STATUS_COMPARED
+        status: PairStatus = STATUS_NOT_JUDGED if result == NA else STATUS_COMPARED
         return _result(pair, status, "counts", metrics, result, None, err)
     pmode, why = _pair_mode(mode, g, t)
     if pmode is None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..base.pair import Metrics
 from ..base.record import Record
-from ..base.vocab import FAIL, NA, PASS, WARNING
+from ..base.vocab import FAIL, NA, PASS, WARNING, PairVerdict
 from . import names as M
 from .names import ERR_MESSAGE
 
@@ -53,7 +53,7 @@ def _count(rec: Record, f: str) -> int | None:
     return None
 
 
-def counts_compare(g: Record, t: Record) -> tuple[Metrics, str, str]:
+def counts_compare(g: Record, t: Record) -> tuple[Metrics, PairVerdict, str]:
     """(metrics, result, reason) from the fields both records hold; N/A when they share none that says
     anything about values (the reason names what could not be judged)."""
     both = held(g) & held(t)
