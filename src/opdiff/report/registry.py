@@ -107,7 +107,7 @@ def output_path(out: Path, fmt: str, stem: str) -> Path:
 
 def render(result: object, console: Console | None = None, **options: Any) -> None:
     """Print `result` on the console (rich): the summary each command shows."""
-    writer(result, CONSOLE)(result, console or Console(), **options)
+    writer(result, CONSOLE)(result, console, **options)  # None: each renderer's own console (compare's is 160 wide off a tty)
 
 
 def text(result: HasJson) -> str:
