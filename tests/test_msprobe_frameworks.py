@@ -50,3 +50,25 @@ def test_pytorch_golden_against_mindspore_target_compares(tmp_path):
     assert done and all(p.mode == "stats" for p in done)
     r = cli("compare", str(base / "pytorch_data"), str(base / "mindspore_data" / "dump.json"), "-o", str(tmp_path / "o"))
     assert r.returncode in (0, 1) and (tmp_path / "o" / "compare.csv").exists(), r.stderr
+
+
+def test_msprobe_layer_mapping_pairs_mindspore_cells_with_pytorch_modules(tmp_path):
+    """msprobe's own layer_mapping.yaml (`--map`): the MindSpore target's Cells take the PyTorch golden's
+    module paths (TopLayer network_with_loss -> module, attention -> self_attention), so more pairs compare."""
+    from opdiff.match.mapping import load_mapping
+
+    base = published() / "mindspore_vs_pytorch_layer"
+    g, t = load(base / "pytorch_data"), load(base / "mindspore_data")
+    mapping = load_mapping(base / "layer_mapping.yaml")
+    assert mapping.layers["ParallelTransformerLayer"] == {"attention": "self_attention"}
+    plain = [p for p in compare(g, t).results if p.status == "compared"]
+    mapped = compare(g, t, mapping=mapping)
+    done = {(p.golden.name, p.target.name) for p in mapped.results if p.status == "compared"}
+    assert len(done) > len(plain)
+    emb = "language_model.embedding.word_embeddings/VocabParallelEmbedding#0/forward/output/0"
+    assert (f"module.module.{emb}", f"network_with_loss.module.{emb}") in done
+    att = "language_model.encoder.layers.0.{}/ParallelAttention#0/forward/output/0"
+    assert (f"module.module.{att.format('self_attention')}", f"network_with_loss.module.{att.format('attention')}") in done
+    r = cli("compare", str(base / "pytorch_data"), str(base / "mindspore_data"), "--map", str(base / "layer_mapping.yaml"),
+            "-o", str(tmp_path / "o"))
+    assert r.returncode in (0, 1), r.stderr
