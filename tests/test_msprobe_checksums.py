@@ -18,6 +18,9 @@ def dumps(tmp_path_factory):
     return make_dumps(tmp_path_factory.getbasetemp() / "msprobe-dumps", NAMES)
 
 
+pytestmark = pytest.mark.slow  # two msprobe runs of their own (about 50 s on 2 cores)
+
+
 @pytest.mark.parametrize("name,kind", [("l1_md5_tensor_bf16", "crc32:"), ("l1_xor_tensor", "xor64:")])
 def test_checksums_match_the_data_msprobe_wrote(dumps, name, kind):
     """Every record with data and a checksum verifies (ours equals msprobe's, bf16 raw bytes included)."""
