@@ -1,0 +1,224 @@
+"""Ascend GE dumps for the tests, written with the protobuf library from the public DumpData schema.
+
+There is no NPU here: small models run in PyTorch (a CNN and a transformer MLP block, seeded, CPU),
+every op's inputs and outputs are kept, and `write_ge_dump` writes them as the NPU's graph engine
+would — one `{OpType}.{op_name}.{task}.{stream}.{timestamp}` file per executed op, tensors in device
+formats (NC1HWC0, FRACTAL_Z, FRACTAL_NZ), some ops fused (conv+bn+relu, matmul+bias+gelu) — with
+the graph JSON that says which original ops each fused op replaced. `write_tf_golden` writes the
+golden as precision_tool writes a TensorFlow run: `{op_name}.{slot}.{timestamp}.npy`.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..store.device_formats import from_logical
+from ..store.readers.ge_file import DTYPES
+from ..store.readers.ge_graph import ORIGIN_INDEX, ORIGIN_NAME, ORIGINAL_NAMES
+from ..store.readers.ge_proto import DATA_TYPE_NUMBER, FORMAT_NUMBER, DumpData
+
+T0 = 1_700_000_000_000_000  # µs: timestamps of the first op
+_NP_TO_DT = {np.dtype(np.float32): "DT_FLOAT", np.dtype(np.float16): "DT_FLOAT16", np.dtype(np.int32): "DT_INT32",
+             np.dtype(np.int64): "DT_INT64", np.dtype(np.float64): "DT_DOUBLE"}
+
+
+@dataclass
+class Tensor:
+    """One logical tensor and the layout the NPU keeps it in."""
+
+    value: np.ndarray
+    format: str = "ND"  # device format
+    origin_format: str = "ND"
+
+
+@dataclass
+class Op:
+    """One op of a run: an original op (golden) or an executed, maybe fused, NPU op."""
+
+    name: str
+    type: str
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    original: list[str] = field(default_factory=list)  # the original ops it stands for ([] = itself)
+    origins: list[tuple[str, int]] = field(default_factory=list)  # per output: (original op, output index)
+
+
+def fold(name: str) -> str:
+    return name.replace("/", "_").replace(".", "_")
+
+
+def data_type(arr: np.ndarray) -> str:
+    if arr.dtype.name == "bfloat16":
+        return "DT_BF16"
+    return _NP_TO_DT[arr.dtype]
+
+
+def _fill(msg: object, t: Tensor) -> bytes:
+    """Fill an OpInput / OpOutput for tensor `t`; returns its device bytes."""
+    dev = from_logical(t.value, t.format, t.origin_format)
+    msg.data_type = DATA_TYPE_NUMBER[data_type(t.value)]  # type: ignore[attr-defined]
+    msg.format = FORMAT_NUMBER[t.format]  # type: ignore[attr-defined]
+    msg.shape.dim.extend(dev.shape)  # type: ignore[attr-defined]
+    msg.original_shape.dim.extend(t.value.shape)  # type: ignore[attr-defined]
+    data = dev.astype(dev.dtype.newbyteorder("<")).tobytes()
+    msg.size = len(data)  # type: ignore[attr-defined]
+    return data
+
+
+def ge_file_bytes(op: Op, dump_time: int) -> bytes:
+    """One GE dump file: header length, DumpData, then the inputs' and outputs' bytes."""
+    d = DumpData(version="2.0", dump_time=dump_time, op_name=op.name)
+    blobs = [_fill(d.input.add(), t) for t in op.inputs]
+    for i, t in enumerate(op.outputs):
+        o = d.output.add()
+        blobs.append(_fill(o, t))
+        name, idx = op.origins[i] if i < len(op.origins) else (op.name, i)
+        o.original_op.name, o.original_op.output_index = name, idx
+        o.original_op.data_type = o.data_type
+        o.original_op.format = FORMAT_NUMBER[t.origin_format]
+    head = d.SerializeToString()
+    return struct.pack("<Q", len(head)) + head + b"".join(blobs)
+
+
+def write_ge_dump(root: Path, ops: list[Op], *, device: int = 0, iteration: int = 0, t0: int = T0,
+                  graph: bool = True, model: str = "ge_default") -> Path:
+    """The NPU dump of one run under `root/{time}/{device}/{model}/1/{iteration}/`, and the graph JSON in root."""
+    leaf = root / "20260101000000" / str(device) / model / "1" / str(iteration)
+    leaf.mkdir(parents=True, exist_ok=True)
+    for k, op in enumerate(ops):
+        ts = t0 + 1000 * k
+        (leaf / f"{op.type}.{fold(op.name)}.{k + 2}.{1}.{ts}").write_bytes(ge_file_bytes(op, ts))
+    if graph:
+        write_graph_json(root / f"{model}_graph.json", ops, model)
+    return root
+
+
+def write_graph_json(path: Path, ops: list[Op], model: str = "ge_default") -> Path:
+    """The executed graph as Ascend's convert writes it (ModelDef JSON), with the fusion attributes."""
+    def op_json(op: Op) -> dict[str, object]:
+        outs = []
+        for i in range(len(op.outputs)):
+            name, idx = op.origins[i] if i < len(op.origins) else (op.name, i)
+            outs.append({"attr": [{"key": ORIGIN_NAME, "value": {"s": name}},
+                                  {"key": ORIGIN_INDEX, "value": {"i": idx}}]})
+        original = op.original or [op.name]
+        return {"name": op.name, "type": op.type, "output_desc": outs,
+                "attr": [{"key": ORIGINAL_NAMES, "value": {"list": {"s": original}}}]}
+
+    doc = {"name": model, "graph": [{"name": model, "op": [op_json(o) for o in ops]}]}
+    path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    return path
+
+
+def write_tf_golden(root: Path, ops: list[Op], t0: int = 1_600_000_000_000_000) -> Path:
+    """The golden as precision_tool writes a TensorFlow run: `{op_name}.{slot}.{timestamp}.npy`, outputs only."""
+    root.mkdir(parents=True, exist_ok=True)
+    for k, op in enumerate(ops):
+        for slot, t in enumerate(op.outputs):
+            np.save(root / f"{fold(op.name)}.{slot}.{t0 + 1000 * k}.npy", t.value, allow_pickle=False)
+    return root
+
+
+def fuse(ops: list[Op], groups: dict[str, str]) -> list[Op]:
+    """The executed graph after fusion: each run of ops whose first op is a key of `groups` becomes one
+    op of type groups[name] (named after its first op) standing for every op up to the next unfused one
+    marked by the group's end; see `cnn_run` / `mlp_run` for the groups used."""
+    out: list[Op] = []
+    i = 0
+    while i < len(ops):
+        op = ops[i]
+        spec = groups.get(op.name)
+        if spec is None:
+            out.append(Op(op.name, op.type, op.inputs, op.outputs, [op.name], [(op.name, j) for j in range(len(op.outputs))]))
+            i += 1
+            continue
+        fused_type, _, last = spec.partition(":")
+        j = next(k for k in range(i, len(ops)) if ops[k].name == last)
+        members = ops[i:j + 1]
+        out.append(Op(op.name, fused_type, op.inputs, members[-1].outputs, [m.name for m in members],
+                      [(members[-1].name, k) for k in range(len(members[-1].outputs))]))
+        i = j + 1
+    return out
+
+
+# -- real runs of small PyTorch models ------------------------------------------------------------------
+
+def cnn_run(*, bn2_eps: float = 1e-5, seed: int = 0) -> list[Op]:
+    """A small CNN (conv-bn-relu x2, max-pool, dense) run in PyTorch; every op's tensors, NCHW on the
+    device as NC1HWC0, the conv weights as FRACTAL_Z. `bn2_eps` plants a fault in the second block."""
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 3, 8, 8, generator=g)
+    w1, w2 = torch.randn(8, 3, 3, 3, generator=g) * 0.3, torch.randn(12, 8, 3, 3, generator=g) * 0.2
+    bn = [(torch.randn(c, generator=g) * 0.1, torch.rand(c, generator=g) + 0.5, torch.randn(c, generator=g) * 0.1,
+           torch.rand(c, generator=g) + 0.5) for c in (8, 12)]
+    wd, bd = torch.randn(12 * 4 * 4, 10, generator=g) * 0.1, torch.randn(10, generator=g) * 0.1
+    n = np.asarray
+    act = lambda t: Tensor(n(t), "NC1HWC0", "NCHW")
+    ops: list[Op] = []
+    h = x
+    for k, (w, (mean, var, beta, gamma)) in enumerate(zip((w1, w2), bn), start=1):
+        c = F.conv2d(h, w, padding=1)
+        ops.append(Op(f"cnn/conv{k}/Conv2D", "Conv2D", [act(h), Tensor(n(w), "FRACTAL_Z", "NCHW")], [act(c)]))
+        b = F.batch_norm(c, mean, var, gamma, beta, training=False, eps=bn2_eps if k == 2 else 1e-5)
+        ops.append(Op(f"cnn/bn{k}/FusedBatchNormV3", "BNInfer", [act(c)], [act(b)]))
+        r = torch.relu(b)
+        ops.append(Op(f"cnn/relu{k}/Relu", "Relu", [act(b)], [act(r)]))
+        h = r
+    p = F.max_pool2d(h, 2)
+    ops.append(Op("cnn/pool/MaxPool", "MaxPool", [act(h)], [act(p)]))
+    f = p.reshape(2, -1)
+    ops.append(Op("cnn/flatten/Reshape", "Reshape", [act(p)], [Tensor(n(f))]))
+    m = f @ wd
+    ops.append(Op("cnn/dense/MatMul", "MatMul", [Tensor(n(f)), Tensor(n(wd))], [Tensor(n(m))]))
+    y = m + bd
+    ops.append(Op("cnn/dense/BiasAdd", "BiasAdd", [Tensor(n(m)), Tensor(n(bd))], [Tensor(n(y))]))
+    return ops
+
+
+CNN_FUSION = {"cnn/conv1/Conv2D": "Conv2D:cnn/relu1/Relu", "cnn/conv2/Conv2D": "Conv2D:cnn/relu2/Relu",
+              "cnn/dense/MatMul": "MatMulV2:cnn/dense/BiasAdd"}
+
+
+def mlp_run(*, tanh_gelu: bool = False, seed: int = 0) -> list[Op]:
+    """A transformer block's MLP (LayerNorm, dense+bias+GELU, dense+bias, residual add) run in PyTorch;
+    activations as FRACTAL_NZ on the device. `tanh_gelu` plants a fault inside the fused matmul+bias+gelu."""
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 8, 32, generator=g)
+    lw, lb = torch.rand(32, generator=g) + 0.5, torch.randn(32, generator=g) * 0.1
+    w1, b1 = torch.randn(32, 64, generator=g) * 0.2, torch.randn(64, generator=g) * 0.1
+    w2, b2 = torch.randn(64, 32, generator=g) * 0.15, torch.randn(32, generator=g) * 0.1
+    n = np.asarray
+    nz = lambda t: Tensor(n(t), "FRACTAL_NZ", "ND")
+    ops: list[Op] = []
+    ln = F.layer_norm(x, (32,), lw, lb)
+    ops.append(Op("block/ln/LayerNorm", "LayerNorm", [Tensor(n(x)), Tensor(n(lw)), Tensor(n(lb))], [nz(ln)]))
+    m1 = ln @ w1
+    ops.append(Op("block/fc1/MatMul", "BatchMatMul", [nz(ln), nz(w1)], [nz(m1)]))
+    a1 = m1 + b1
+    ops.append(Op("block/fc1/BiasAdd", "BiasAdd", [nz(m1), Tensor(n(b1))], [nz(a1)]))
+    gl = F.gelu(a1, approximate="tanh" if tanh_gelu else "none")
+    ops.append(Op("block/act/Gelu", "Gelu", [nz(a1)], [nz(gl)]))
+    m2 = gl @ w2
+    ops.append(Op("block/fc2/MatMul", "BatchMatMul", [nz(gl), nz(w2)], [nz(m2)]))
+    a2 = m2 + b2
+    ops.append(Op("block/fc2/BiasAdd", "BiasAdd", [nz(m2), Tensor(n(b2))], [nz(a2)]))
+    y = x + a2
+    ops.append(Op("block/residual/Add", "Add", [Tensor(n(x)), nz(a2)], [Tensor(n(y))]))
+    return ops
+
+
+MLP_FUSION = {"block/fc1/MatMul": "MatMulV2:block/act/Gelu", "block/fc2/MatMul": "MatMulV2:block/fc2/BiasAdd"}
+
+__all__ = ["CNN_FUSION", "DTYPES", "MLP_FUSION", "Op", "Tensor", "cnn_run", "fuse", "ge_file_bytes", "mlp_run",
+           "write_ge_dump", "write_graph_json", "write_tf_golden"]
