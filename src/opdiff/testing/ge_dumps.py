@@ -148,9 +148,11 @@ def fuse(ops: list[Op], groups: dict[str, str]) -> list[Op]:
 
 # -- real runs of small PyTorch models ------------------------------------------------------------------
 
-def cnn_run(*, bn2_eps: float = 1e-5, seed: int = 0) -> list[Op]:
+def cnn_run(*, bn2_eps: float = 1e-5, fold_bn: bool = False, seed: int = 0) -> list[Op]:
     """A small CNN (conv-bn-relu x2, max-pool, dense) run in PyTorch; every op's tensors, NCHW on the
-    device as NC1HWC0, the conv weights as FRACTAL_Z. `bn2_eps` plants a fault in the second block."""
+    device as NC1HWC0, the conv weights as FRACTAL_Z. `bn2_eps` plants a fault in the second block;
+    `fold_bn` computes each block as a fusing engine does (BN folded into the conv's weight and bias,
+    relu applied to that), so the block's output differs from the unfused one by rounding only."""
     import torch
     import torch.nn.functional as F
 
@@ -170,6 +172,9 @@ def cnn_run(*, bn2_eps: float = 1e-5, seed: int = 0) -> list[Op]:
         b = F.batch_norm(c, mean, var, gamma, beta, training=False, eps=bn2_eps if k == 2 else 1e-5)
         ops.append(Op(f"cnn/bn{k}/FusedBatchNormV3", "BNInfer", [act(c)], [act(b)]))
         r = torch.relu(b)
+        if fold_bn:
+            scale = gamma / torch.sqrt(var + (bn2_eps if k == 2 else 1e-5))
+            r = torch.relu(F.conv2d(h, w * scale[:, None, None, None], beta - mean * scale, padding=1))
         ops.append(Op(f"cnn/relu{k}/Relu", "Relu", [act(b)], [act(r)]))
         h = r
     p = F.max_pool2d(h, 2)
