@@ -112,7 +112,8 @@ def test_cli_fusion_ge_compare_and_diagnose(runs, tmp_path):
     assert doc["first_broken"]["node"] == "cnn/conv2/Conv2D/Conv2D#0" and doc["first_broken"]["golden_ops"] == CONV2
     assert [f["result"] for f in doc["fused_ops"]][:1] == ["PASS"] and doc["verdict"] == "fault"
     r = _cli("fusion", "ge", runs["mlp_tf"], runs["mlp_fault"])
-    assert r.returncode == 1 and "first fused op to break: block/fc1/MatMul/MatMulV2#0, standing for " + ", ".join(FC1) in r.stdout
+    assert r.returncode == 1 and "first fused op to break: block/fc1/MatMul/MatMulV2#0 (rank 0, step 0), standing for " \
+        + ", ".join(FC1) in r.stdout
     r = _cli("fusion", "ge", runs["cnn_tf"], runs["cnn_clean"])
     assert r.returncode == 0 and "3 fused ops: 3 PASS" in r.stdout, r.stdout + r.stderr
     r = _cli("diagnose", runs["cnn_tf"], runs["cnn_fault"])

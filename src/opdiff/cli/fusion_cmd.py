@@ -143,7 +143,8 @@ def fusion_ge_cmd(golden, target, preset, as_json, allow_partial):
         click.echo(f"{len(res.fused)} fused ops: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
         first = res.first_broken
         if first is not None:
-            click.echo(f"first fused op to break: {first.node}, standing for {', '.join(first.golden_ops)}")
+            click.echo(f"first fused op to break: {first.node} (rank {first.rank}, step {first.step}), standing for "
+                       f"{', '.join(first.golden_ops)}")
         click.echo(f"diagnosis: {res.diagnosis.verdict}: {res.diagnosis.summary}")
     return 1 if res.first_broken is not None or res.diagnosis.verdict not in ("pass", "drift") else 0
 

@@ -30,17 +30,20 @@ class FusedOp:
     golden_ops: list[str]
     result: str = NA  # the worst verdict of its compared outputs
     outputs: list[str] = field(default_factory=list)  # its target output records that were compared
+    rank: int = 0
+    step: int = 0  # the iteration / token it ran in
 
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "golden_ops": self.golden_ops, "result": self.result, "outputs": self.outputs}
+        return {"node": self.node, "golden_ops": self.golden_ops, "result": self.result, "outputs": self.outputs,
+                "rank": self.rank, "step": self.step}
 
 
 @dataclass
 class GeFusionResult:
     """The fused ops in execution order, the first that breaks, and the diagnosis of the whole pair."""
 
-    fused: list[FusedOp]
-    comparison: Comparison
+    fused: list[FusedOp]  # every part (rank, step: iteration or token) both dumps hold, in order
+    comparisons: list[Comparison]
     diagnosis: Diagnosis
 
     @property
@@ -53,7 +56,7 @@ class GeFusionResult:
                 "verdict": self.diagnosis.verdict, "summary": self.diagnosis.summary}
 
 
-def fused_ops(results: list[PairResult]) -> list[FusedOp]:
+def fused_ops(results: list[PairResult], rank: int = 0, step: int = 0) -> list[FusedOp]:
     """The target's fused ops (provenance of 2 or more golden ops) in execution order, each judged by its outputs."""
     out: dict[str, FusedOp] = {}
     for r in results:
@@ -61,7 +64,7 @@ def fused_ops(results: list[PairResult]) -> list[FusedOp]:
         names = t.extra.get(PROVENANCE_KEY) if t is not None else None
         if t is None or not isinstance(names, list) or len(names) < 2:
             continue
-        f = out.setdefault(t.node, FusedOp(t.node, [str(n) for n in names]))
+        f = out.setdefault(t.node, FusedOp(t.node, [str(n) for n in names], rank=rank, step=step))
         if t.role == "output" and r.golden is not None and r.result in _RANK:
             f.outputs.append(t.name)
             if _RANK[r.result] > _RANK[f.result]:
@@ -70,6 +73,13 @@ def fused_ops(results: list[PairResult]) -> list[FusedOp]:
 
 
 def fusion_ge(golden: Dump, target: Dump, *, thresholds: str = "default") -> GeFusionResult:
-    """Compare a fused GE run with its golden through the graph's provenance, and diagnose it."""
-    cmp = compare(golden, target, thresholds=thresholds)
-    return GeFusionResult(fused_ops(cmp.results), cmp, diagnose(golden, target, comparison=cmp, replay=False))
+    """Compare a fused GE run with its golden through the graph's provenance, part by part (iterations, TorchAir
+    tokens), and diagnose it."""
+    parts = sorted(set(golden.parts) & set(target.parts)) or [(target.rank, target.step)]
+    fused: list[FusedOp] = []
+    cmps: list[Comparison] = []
+    for rank, step in parts:
+        cmp = compare(golden.with_part(rank, step), target.with_part(rank, step), thresholds=thresholds)
+        cmps.append(cmp)
+        fused += fused_ops(cmp.results, rank, step)
+    return GeFusionResult(fused, cmps, diagnose(golden, target, replay=False))

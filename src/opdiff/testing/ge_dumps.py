@@ -227,3 +227,49 @@ MLP_FUSION = {"block/fc1/MatMul": "MatMulV2:block/act/Gelu", "block/fc2/MatMul":
 
 __all__ = ["CNN_FUSION", "DTYPES", "MLP_FUSION", "Op", "Tensor", "cnn_run", "fuse", "ge_file_bytes", "mlp_run",
            "write_ge_dump", "write_graph_json", "write_tf_golden"]
+
+
+# -- TorchAir: the GE dump of the NPU run and the FX graph's dump of the same model, token by token --------
+
+MLP_GE_NAMES = {"block/ln/LayerNorm": "LayerNorm", "block/fc1/MatMul": "MatMul", "block/fc1/BiasAdd": "Add",
+                "block/act/Gelu": "Gelu", "block/fc2/MatMul": "MatMul_1", "block/fc2/BiasAdd": "Add_1",
+                "block/residual/Add": "Add_2"}
+MLP_FX_NAMES = {"block/ln/LayerNorm": "layer_norm-aten.layer_norm.default", "block/fc1/MatMul": "mm-aten.mm.default",
+                "block/fc1/BiasAdd": "add-aten.add.Tensor", "block/act/Gelu": "gelu-aten.gelu.default",
+                "block/fc2/MatMul": "mm_1-aten.mm.default", "block/fc2/BiasAdd": "add_1-aten.add.Tensor",
+                "block/residual/Add": "add_2-aten.add.Tensor"}
+
+
+def write_torchair_fx(root: Path, tokens: list[list[Op]], fx_names: dict[str, str], *, rank_dirs: bool = False,
+                      t0: int = 20_240_125_031_118_000_000) -> Path:
+    """The FX graph's dump: `{token}/0/{fx}.INPUT|OUTPUT.{i}.{ts}.npy` with tokens from 1 (older releases), or
+    `worldsize1_rank0/{token}/...` with tokens from 0."""
+    for k, ops in enumerate(tokens):
+        leaf = root / "worldsize1_rank0" / str(k) if rank_dirs else root / str(k + 1) / "0"
+        leaf.mkdir(parents=True, exist_ok=True)
+        for j, op in enumerate(ops):
+            ts = t0 + 1_000_000 * k + 1000 * j
+            for role, ts_list in (("INPUT", op.inputs), ("OUTPUT", op.outputs)):
+                for i, t in enumerate(ts_list):
+                    np.save(leaf / f"{fx_names[op.name]}.{role}.{i}.{ts}.npy", t.value, allow_pickle=False)
+    return root
+
+
+def write_torchair_ge(root: Path, tokens: list[list[Op]], ge_names: dict[str, str], fx_names: dict[str, str],
+                      fusion: dict[str, str] | None = None) -> Path:
+    """The NPU run as TorchAir dumps it: `{time}/0/graph_1/1/{token}/` GE files (a fused op named by concatenating
+    the graph ops it stands for) and `dynamo_original_graph_*.txt`, whose ops name their FX tensors."""
+    for k, ops in enumerate(tokens):
+        executed = fuse(ops, fusion) if fusion else fuse(ops, {})
+        renamed = [Op("".join(ge_names[n] for n in op.original), op.type, op.inputs, op.outputs, op.original,
+                      [(ge_names[op.original[-1]], i) for i in range(len(op.outputs))]) for op in executed]
+        write_ge_dump(root, renamed, iteration=k, t0=T0 + 10_000_000 * k, graph=False, model="graph_1")
+    lines = []
+    for op in tokens[0]:
+        lines += ["op {", f'  name: "{ge_names[op.name]}"', f'  type: "{op.type}"']
+        for i in range(len(op.outputs)):
+            lines += ["  output_desc {", "    attr {", '      key: "_fx_tensor_name"', "      value {",
+                      f'        s: "{fx_names[op.name]}.OUTPUT.{i}"', "      }", "    }", "  }"]
+        lines.append("}")
+    (root / "dynamo_original_graph_graph_1_rank_0_pid_1_ts_1700000000.txt").write_text("\n".join(lines) + "\n")
+    return root

@@ -25,7 +25,7 @@ from ..format import node_name, numpy_dtype, record_name
 from ..source import Dump, TensorSpan
 from ..stats import tensor_stats
 from .ge_file import GeFile, GeName, GeTensor, parse_name, read_file, read_header_length
-from .ge_graph import GraphOp, is_graph_json, provenance, read_graph
+from .ge_graph import TORCHAIR_GRAPH_PREFIX, GraphOp, is_graph_json, lookup, provenance, read_graph, read_torchair_graph
 
 NAME = "ge"
 MAX_PEEK = 2000  # entries looked at by recognise()
@@ -62,10 +62,13 @@ def _part(rel: Path) -> tuple[int, int]:
 
 
 def _graph(root: Path) -> dict[str, GraphOp]:
+    """The graph ops of every graph JSON and TorchAir graph dump in the directory."""
     ops: dict[str, GraphOp] = {}
     for p in sorted(root.rglob("*.json")):
         if is_graph_json(p):
             ops.update(read_graph(p))
+    for p in sorted(root.rglob(f"{TORCHAIR_GRAPH_PREFIX}*.txt")):
+        ops.update(read_torchair_graph(p))
     return ops
 
 
@@ -91,7 +94,7 @@ class GeDump(Dump):
             call = counters.get((module, nm.op_type), 0)
             counters[(module, nm.op_type)] = call + 1
             node = node_name(module, nm.op_type, call)
-            op = graph.get(gf.op_name) or graph.get(nm.op_folded)
+            op = lookup(graph, gf.op_name) or lookup(graph, nm.op_folded) if graph else None
             fused = _provenance(gf, op)
             for t in gf.tensors:
                 rec = self._record(root, gf, nm, node, module, call, t, op, len(records))
@@ -168,8 +171,8 @@ class GeDump(Dump):
 
 
 def _origin(t: GeTensor, op: GraphOp | None) -> str:
-    """The original op an output stands for: the dump header's, else the graph's."""
-    return t.orig_name or (op.outputs[t.index][0] if op and t.index < len(op.outputs) else "")
+    """The original op an output stands for: the graph's (TorchAir's names the FX node), else the dump header's."""
+    return (op.outputs[t.index][0] if op and t.index < len(op.outputs) else "") or t.orig_name
 
 
 def _provenance(gf: GeFile, op: GraphOp | None) -> list[str]:
