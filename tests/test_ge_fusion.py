@@ -84,6 +84,14 @@ def test_provenance_puts_the_output_origin_last():
     assert provenance(None, "x") == ["x"] and provenance(None, "") == []
 
 
+def test_graph_in_ges_text_format(tmp_path):
+    """The same provenance from GE's own text-format graph dump (`ge_proto_*.txt`) as from the JSON."""
+    fused = gd.write_ge_dump(tmp_path / "t", gd.fuse(gd.cnn_run(bn2_eps=0.5), gd.CNN_FUSION), graph="text")
+    assert not list(fused.glob("*.json")) and list(fused.glob("ge_proto_*.txt"))
+    d = diagnose(gd.write_tf_golden(tmp_path / "g", gd.cnn_run()), fused)
+    assert d.verdict == "fault" and d.culprit.fused_from == CONV2, d.summary
+
+
 def test_fused_run_without_graph_pairs_only_by_header_origin(runs, tmp_path):
     """Without the graph JSON only the header's origin (the last op) is known: the fused output still pairs with
     relu2's output and the fault is found, but the culprit is not called fused."""

@@ -17,7 +17,7 @@ import pytest
 import opdiff
 from opdiff.base.errors import DumpError
 from opdiff.diagnose import diagnose
-from opdiff.store.readers.ge_graph import GraphOp, lookup, parse_pbtxt, read_torchair_graph
+from opdiff.store.readers.ge_graph import GraphOp, lookup, parse_pbtxt, read_text_graph
 from opdiff.testing import ge_dumps as gd
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -75,8 +75,8 @@ def test_graph_text_and_fused_names(tmp_path):
     assert lookup(graph, "MatMul_1Relu") is None and lookup(graph, "MatMul") is graph["MatMul"]
     bad = tmp_path / "dynamo_original_graph_1.txt"
     bad.write_text("op {\n  name: \"x\"\n")
-    with pytest.raises(DumpError, match="dynamo_original_graph_1.txt: not a readable TorchAir graph"):
-        read_torchair_graph(bad)
+    with pytest.raises(DumpError, match="dynamo_original_graph_1.txt: not a readable graph dump in text format"):
+        read_text_graph(bad)
 
 
 def test_cli_diagnose_and_fusion_ge(runs):

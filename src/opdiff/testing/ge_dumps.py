@@ -86,16 +86,37 @@ def ge_file_bytes(op: Op, dump_time: int) -> bytes:
 
 
 def write_ge_dump(root: Path, ops: list[Op], *, device: int = 0, iteration: int = 0, t0: int = T0,
-                  graph: bool = True, model: str = "ge_default") -> Path:
-    """The NPU dump of one run under `root/{time}/{device}/{model}/1/{iteration}/`, and the graph JSON in root."""
+                  graph: bool | str = True, model: str = "ge_default") -> Path:
+    """The NPU dump of one run under `root/{time}/{device}/{model}/1/{iteration}/`, and its graph in root: JSON
+    (`graph=True` or "json", as Ascend's convert writes it) or GE's text-format dump (`graph="text"`)."""
     leaf = root / "20260101000000" / str(device) / model / "1" / str(iteration)
     leaf.mkdir(parents=True, exist_ok=True)
     for k, op in enumerate(ops):
         ts = t0 + 1000 * k
         (leaf / f"{op.type}.{fold(op.name)}.{k + 2}.{1}.{ts}").write_bytes(ge_file_bytes(op, ts))
-    if graph:
+    if graph == "text":
+        write_graph_text(root / f"ge_proto_00000001_{model}_Build.txt", ops, model)
+    elif graph:
         write_graph_json(root / f"{model}_graph.json", ops, model)
     return root
+
+
+def write_graph_text(path: Path, ops: list[Op], model: str = "ge_default") -> Path:
+    """The executed graph as GE's own graph dump writes it (ModelDef in protobuf text format)."""
+    lines = ["graph {", f'  name: "{model}"']
+    for op in ops:
+        lines += ["  op {", f'    name: "{op.name}"', f'    type: "{op.type}"', "    attr {",
+                  f'      key: "{ORIGINAL_NAMES}"', "      value {", "        list {",
+                  *[f'          s: "{n}"' for n in (op.original or [op.name])], "        }", "      }", "    }"]
+        for i in range(len(op.outputs)):
+            name, idx = op.origins[i] if i < len(op.origins) else (op.name, i)
+            lines += ["    output_desc {", "      attr {", f'        key: "{ORIGIN_NAME}"', "        value {",
+                      f'          s: "{name}"', "        }", "      }", "      attr {", f'        key: "{ORIGIN_INDEX}"',
+                      "        value {", f"          i: {idx}", "        }", "      }", "    }"]
+        lines.append("  }")
+    lines.append("}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def write_graph_json(path: Path, ops: list[Op], model: str = "ge_default") -> Path:
@@ -226,7 +247,7 @@ def mlp_run(*, tanh_gelu: bool = False, seed: int = 0) -> list[Op]:
 MLP_FUSION = {"block/fc1/MatMul": "MatMulV2:block/act/Gelu", "block/fc2/MatMul": "MatMulV2:block/fc2/BiasAdd"}
 
 __all__ = ["CNN_FUSION", "DTYPES", "MLP_FUSION", "Op", "Tensor", "cnn_run", "fuse", "ge_file_bytes", "mlp_run",
-           "write_ge_dump", "write_graph_json", "write_tf_golden"]
+           "write_ge_dump", "write_graph_json", "write_graph_text", "write_tf_golden"]
 
 
 # -- TorchAir: the GE dump of the NPU run and the FX graph's dump of the same model, token by token --------

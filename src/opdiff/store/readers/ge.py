@@ -25,7 +25,16 @@ from ..format import node_name, numpy_dtype, record_name
 from ..source import Dump, TensorSpan
 from ..stats import tensor_stats
 from .ge_file import GeFile, GeName, GeTensor, parse_name, read_file, read_header_length
-from .ge_graph import TORCHAIR_GRAPH_PREFIX, GraphOp, is_graph_json, lookup, provenance, read_graph, read_torchair_graph
+from .ge_graph import (
+    GE_GRAPH_PREFIX,
+    TORCHAIR_GRAPH_PREFIX,
+    GraphOp,
+    is_graph_json,
+    lookup,
+    provenance,
+    read_graph,
+    read_text_graph,
+)
 
 NAME = "ge"
 MAX_PEEK = 2000  # entries looked at by recognise()
@@ -67,8 +76,9 @@ def _graph(root: Path) -> dict[str, GraphOp]:
     for p in sorted(root.rglob("*.json")):
         if is_graph_json(p):
             ops.update(read_graph(p))
-    for p in sorted(root.rglob(f"{TORCHAIR_GRAPH_PREFIX}*.txt")):
-        ops.update(read_torchair_graph(p))
+    for prefix in (GE_GRAPH_PREFIX, TORCHAIR_GRAPH_PREFIX):
+        for p in sorted(root.rglob(f"{prefix}*.txt")):
+            ops.update(read_text_graph(p))
     return ops
 
 

@@ -1,8 +1,8 @@
 """The fusion provenance of a GE graph dump: for each executed op, the original ops it stands for.
 
-Two sources: the graph JSON of Ascend's convert (below), and TorchAir's `dynamo_original_graph_*.txt`
-(a text-format graph whose ops carry `_fx_tensor_name` on each output: the FX node, the golden of
-`msprobe compare -m torchair`). An executed op TorchAir fused is named by concatenating the graph ops
+Sources: the graph JSON of Ascend's convert (below), GE's own text-format graph dump `ge_proto_*.txt`
+(the same attributes), and TorchAir's `dynamo_original_graph_*.txt` (text format, its ops carry
+`_fx_tensor_name` on each output: the FX node, the golden of `msprobe compare -m torchair`). An executed op TorchAir fused is named by concatenating the graph ops
 it stands for (`MatMul_1Add_1Gelu_1`); `lookup` splits such a name by longest known prefix.
 
 Ascend's graph engine records on each node of the graph it runs `_datadump_original_op_names` (the
@@ -27,6 +27,7 @@ ORIGIN_INDEX = "_datadump_origin_output_index"
 ORIGIN_FORMAT = "_datadump_origin_format"
 FX_TENSOR_NAME = "_fx_tensor_name"
 TORCHAIR_GRAPH_PREFIX = "dynamo_original_graph_"
+GE_GRAPH_PREFIX = "ge_proto_"  # GE's own graph dump, text format (`ge_proto_{id}_{stage}.txt`)
 
 
 @dataclass
@@ -153,36 +154,50 @@ def _ops_in(block: Block) -> list[Block]:
     return out
 
 
-def _fx_name(desc: Block) -> tuple[str, int] | None:
-    """(FX node, output index) of an output_desc's `_fx_tensor_name` (`add_1-aten.add.Tensor.OUTPUT.0`)."""
-    for attr in desc.get("attr", []):
-        if isinstance(attr, dict) and attr.get("key") == [FX_TENSOR_NAME]:
-            value = attr.get("value", [{}])[0]
-            s = value.get("s", [""])[0] if isinstance(value, dict) else ""
-            head, _, idx = s.rpartition(".")
-            node, _, kind = head.rpartition(".")
-            if kind == "OUTPUT" and idx.isdigit():
-                return node, int(idx)
-            return (s, 0) if s else None
+def _text_attrs(block: Block) -> dict[str, Block]:
+    """A text-format attr list (`attr { key: ... value { ... } }`) as key -> value block."""
+    out: dict[str, Block] = {}
+    for attr in block.get("attr", []):
+        if isinstance(attr, dict) and attr.get("key") and isinstance((attr.get("value") or [None])[0], dict):
+            out[str(attr["key"][0])] = attr["value"][0]
+    return out
+
+
+def _origin_of(desc: Block) -> tuple[str, int] | None:
+    """(original op or FX node, output index) of an output_desc: `_fx_tensor_name`
+    (`add_1-aten.add.Tensor.OUTPUT.0`, TorchAir) or `_datadump_origin_name` / `_datadump_origin_output_index`."""
+    a = _text_attrs(desc)
+    if FX_TENSOR_NAME in a:
+        s = str(a[FX_TENSOR_NAME].get("s", [""])[0])
+        head, _, idx = s.rpartition(".")
+        node, _, kind = head.rpartition(".")
+        if kind == "OUTPUT" and idx.isdigit():
+            return node, int(idx)
+        return (s, 0) if s else None
+    if ORIGIN_NAME in a:
+        idx = str(a.get(ORIGIN_INDEX, {}).get("i", ["0"])[0])
+        return str(a[ORIGIN_NAME].get("s", [""])[0]), int(idx) if idx.lstrip("-").isdigit() else 0
     return None
 
 
-def read_torchair_graph(path: Path) -> dict[str, GraphOp]:
-    """Op name -> GraphOp (original = the FX nodes of its outputs) of a TorchAir graph dump; DumpError naming the file."""
+def _text_op(o: Block) -> GraphOp:
+    outs = [x for x in (_origin_of(d) for d in o.get("output_desc", []) if isinstance(d, dict)) if x is not None]
+    names = _text_attrs(o).get(ORIGINAL_NAMES, {}).get("list", [{}])[0]
+    original = [str(x) for x in names.get("s", [])] if isinstance(names, dict) else []
+    return GraphOp(name=str(o.get("name", [""])[0]), type=str(o.get("type", [""])[0]),
+                   original=original or list(dict.fromkeys(n for n, _ in outs)), outputs=outs)
+
+
+def read_text_graph(path: Path) -> dict[str, GraphOp]:
+    """Op name -> GraphOp of a graph dump in protobuf text format: GE's own `ge_proto_*.txt` (original op names from
+    `_datadump_original_op_names`) or TorchAir's `dynamo_original_graph_*.txt` (the FX nodes its outputs name);
+    DumpError naming the file."""
     try:
         doc = parse_pbtxt(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise DumpError(f"{path}: not a readable TorchAir graph ({exc})") from None
-    ops: dict[str, GraphOp] = {}
-    for o in _ops_in(doc):
-        name = str(o.get("name", [""])[0])
-        if not name:
-            continue
-        outs = [_fx_name(d) for d in o.get("output_desc", []) if isinstance(d, dict)]
-        fx = [x for x in outs if x is not None]
-        nodes = list(dict.fromkeys(n for n, _ in fx))
-        ops[name] = GraphOp(name=name, type=str(o.get("type", [""])[0]), original=nodes, outputs=fx)
-    return ops
+        raise DumpError(f"{path}: not a readable graph dump in text format ({exc})") from None
+    ops = [_text_op(o) for o in _ops_in(doc)]
+    return {op.name: op for op in ops if op.name}
 
 
 def lookup(graph: dict[str, GraphOp], name: str) -> GraphOp | None:
