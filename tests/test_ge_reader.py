@@ -180,3 +180,17 @@ def test_against_its_own_converted_npy_files(tmp_path):
     assert [r.op for r in npy.records] == [r.op for r in ge.records]
     cmp = compare(npy, ge)
     assert len(cmp.results) == len(ge.records) and all(r.bitwise_equal for r in cmp.results)
+
+
+def test_logical_shape_needs_no_data():
+    """Opening a dump finds each converted tensor's shape from the shapes alone: a 2^44-element NC1HWC0 tensor's is
+    known at once; a shape that does not fit its format is a FormatError, not a guess."""
+    from opdiff.store.device_formats import FormatError, logical_shape
+
+    big = (1 << 20, 1 << 10, 1 << 10, 15)
+    assert logical_shape("NC1HWC0", (1 << 20, 1, 1 << 10, 1 << 10, 16), big, "NHWC") == big
+    assert logical_shape("FRACTAL_NZ", (4, 2, 3, 16, 16), (4, 40, 30)) == (4, 40, 30)
+    with pytest.raises(FormatError, match="does not fit"):
+        logical_shape("FRACTAL_NZ", (4, 2, 3, 16, 16), (4, 40, 50))
+    with pytest.raises(FormatError, match="does not fit"):
+        logical_shape("FRACTAL_Z", (18, 2, 16, 16), (20, 19, 3, 4))

@@ -46,27 +46,34 @@ def _restore(arr: np.ndarray, fmt: str, table: dict[str, tuple[int, ...]]) -> np
     return np.ascontiguousarray(arr.transpose(table[fmt]))
 
 
-def _nc1hwc0(raw: np.ndarray, shape: tuple[int, ...], orig: tuple[int, ...], ofmt: str | None) -> np.ndarray:
+def _nc1hwc0(raw: np.ndarray | None, shape: tuple[int, ...], orig: tuple[int, ...], ofmt: str | None
+          ) -> np.ndarray | None:
     if len(shape) != 5 or len(orig) != 4:
         raise FormatError(f"NC1HWC0 needs a 5-D device shape and a 4-D original shape, not {list(shape)} / {list(orig)}")
     n, c1, h, w, c0 = shape
     canon, name = _as_nchw(orig, ofmt, _FROM_NCHW,
                            lambda s: s[0] == n and s[2:] == (h, w) and _ceil(s[1], c0) == c1)
+    if raw is None:
+        return None
     x = raw.reshape(shape).transpose(0, 1, 4, 2, 3).reshape(n, c1 * c0, h, w)[:, :canon[1]]
     return _restore(x, name, _FROM_NCHW)
 
 
-def _ndc1hwc0(raw: np.ndarray, shape: tuple[int, ...], orig: tuple[int, ...], ofmt: str | None) -> np.ndarray:
+def _ndc1hwc0(raw: np.ndarray | None, shape: tuple[int, ...], orig: tuple[int, ...], ofmt: str | None
+          ) -> np.ndarray | None:
     if len(shape) != 6 or len(orig) != 5:
         raise FormatError(f"NDC1HWC0 needs a 6-D device shape and a 5-D original shape, not {list(shape)} / {list(orig)}")
     n, d, c1, h, w, c0 = shape
     canon, name = _as_nchw(orig, ofmt, _FROM_NCDHW,
                            lambda s: s[0] == n and s[2:] == (d, h, w) and _ceil(s[1], c0) == c1)
+    if raw is None:
+        return None
     x = raw.reshape(shape).transpose(0, 2, 5, 1, 3, 4).reshape(n, c1 * c0, d, h, w)[:, :canon[1]]
     return _restore(x, name, _FROM_NCDHW)
 
 
-def _fractal_z(raw: np.ndarray, shape: tuple[int, ...], orig: tuple[int, ...], ofmt: str | None) -> np.ndarray:
+def _fractal_z(raw: np.ndarray | None, shape: tuple[int, ...], orig: tuple[int, ...], ofmt: str | None
+          ) -> np.ndarray | None:
     """(C1*H*W, N1, N0, C0) -> the 4-D origin (a conv weight: NCHW, HWCN, NHWC ...)."""
     if len(shape) != 4 or len(orig) != 4:
         raise FormatError(f"FRACTAL_Z needs 4-D device and original shapes, not {list(shape)} / {list(orig)}")
@@ -75,11 +82,14 @@ def _fractal_z(raw: np.ndarray, shape: tuple[int, ...], orig: tuple[int, ...], o
                            lambda s: _ceil(s[1], c0) * s[2] * s[3] == chw and _ceil(s[0], n0) == n1)
     n, c, h, w = canon
     c1 = chw // (h * w)
+    if raw is None:
+        return None
     x = raw.reshape(c1, h, w, n1, n0, c0).transpose(3, 4, 0, 5, 1, 2).reshape(n1 * n0, c1 * c0, h, w)[:n, :c]
     return _restore(x, name, _FROM_NCHW)
 
 
-def _fractal_z_3d(raw: np.ndarray, shape: tuple[int, ...], orig: tuple[int, ...], ofmt: str | None) -> np.ndarray:
+def _fractal_z_3d(raw: np.ndarray | None, shape: tuple[int, ...], orig: tuple[int, ...], ofmt: str | None
+          ) -> np.ndarray | None:
     """(D*C1*H*W, N1, N0, C0) -> the 5-D origin (a 3-D conv weight: NCDHW, DHWCN ...)."""
     if len(shape) != 4 or len(orig) != 5:
         raise FormatError(f"FRACTAL_Z_3D needs a 4-D device and a 5-D original shape, not {list(shape)} / {list(orig)}")
@@ -88,25 +98,31 @@ def _fractal_z_3d(raw: np.ndarray, shape: tuple[int, ...], orig: tuple[int, ...]
                            lambda s: s[2] * _ceil(s[1], c0) * s[3] * s[4] == dchw and _ceil(s[0], n0) == n1)
     n, c, d, h, w = canon
     c1 = _ceil(c, c0)
+    if raw is None:
+        return None
     x = raw.reshape(d, c1, h, w, n1, n0, c0).transpose(4, 5, 1, 6, 0, 2, 3)
     x = x.reshape(n1 * n0, c1 * c0, d, h, w)[:n, :c]
     return _restore(x, name, _FROM_NCDHW)
 
 
-def _fractal_nz(raw: np.ndarray, shape: tuple[int, ...], orig: tuple[int, ...], ofmt: str | None) -> np.ndarray:
+def _fractal_nz(raw: np.ndarray | None, shape: tuple[int, ...], orig: tuple[int, ...], ofmt: str | None
+          ) -> np.ndarray | None:
     """(..., C1, N1, N0, C0) -> (..., N, C): a matrix in 16x16 fractals, the last axis blocked outermost."""
     if len(shape) < 4 or not orig:
         raise FormatError(f"FRACTAL_NZ needs a device shape of 4 or more axes, not {list(shape)}")
     *_, c1, n1, n0, c0 = shape
     rows, cols = (1, orig[0]) if len(orig) == 1 else orig[-2:]
     batch = math.prod(orig[:-2])
-    if _ceil(cols, c0) != c1 or _ceil(rows, n0) != n1 or batch * c1 * n1 * n0 * c0 != raw.size:
+    if _ceil(cols, c0) != c1 or _ceil(rows, n0) != n1 or batch * c1 * n1 * n0 * c0 != math.prod(shape):
         raise FormatError(f"original shape {list(orig)} does not fit the device shape {list(shape)}")
+    if raw is None:
+        return None
     x = raw.reshape(batch, c1, n1, n0, c0).transpose(0, 2, 3, 1, 4).reshape(batch, n1 * n0, c1 * c0)
     return np.ascontiguousarray(x[:, :rows, :cols]).reshape(orig)
 
 
-CONVERT: dict[str, Callable[[np.ndarray, tuple[int, ...], tuple[int, ...], str | None], np.ndarray]] = {
+# each takes the flat elements (None: only check that the shapes fit) and returns the tensor in the original shape
+CONVERT: dict[str, Callable[[np.ndarray | None, tuple[int, ...], tuple[int, ...], str | None], np.ndarray | None]] = {
     "NC1HWC0": _nc1hwc0, "NC1HWC0_C04": _nc1hwc0, "NDC1HWC0": _ndc1hwc0, "FRACTAL_Z": _fractal_z,
     "FRACTAL_Z_3D": _fractal_z_3d, "FRACTAL_NZ": _fractal_nz,
 }
@@ -128,16 +144,21 @@ def to_logical(raw: np.ndarray, fmt: str, shape: tuple[int, ...], orig_shape: tu
         raise FormatError(f"device format {fmt} is not converted")
     if raw.size != math.prod(shape):
         raise FormatError(f"{raw.size} elements for a device shape {list(shape)}")
-    return conv(raw, tuple(shape), tuple(orig_shape), orig_format)
+    out = conv(raw, tuple(shape), tuple(orig_shape), orig_format)
+    assert out is not None
+    return out
 
 
 def logical_shape(fmt: str, shape: tuple[int, ...], orig_shape: tuple[int, ...], orig_format: str | None = None
                   ) -> tuple[int, ...]:
-    """The shape to_logical returns, found without data (on an empty array of the device shape's size)."""
+    """The shape to_logical returns (the original shape, once the shapes are checked to fit), without data."""
     if fmt in PLAIN:
         return tuple(shape)
-    probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape=(math.prod(shape),), strides=(0,))
-    return tuple(to_logical(probe, fmt, shape, orig_shape, orig_format).shape)
+    conv = CONVERT.get(fmt)
+    if conv is None:
+        raise FormatError(f"device format {fmt} is not converted")
+    conv(None, tuple(shape), tuple(orig_shape), orig_format)
+    return tuple(orig_shape)
 
 
 # -- the inverse, for the test writer ------------------------------------------------------------------
