@@ -130,3 +130,17 @@ def test_cli_fusion_ge_compare_and_diagnose(runs, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     r = _cli("fusion", "ge", runs["cnn_off"], tmp_path / "missing")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "missing: no such dump directory" in r.stderr
+
+
+def test_tensorflow_cnn_nhwc_golden_and_npu_dump(tmp_path):
+    """The CNN run in TensorFlow (NHWC activations as NC1HWC0, HWCN filters as FRACTAL_Z): its .npy golden against the
+    fused NPU dump of a run with BN folded — clean passes, BN eps 0.5 in block 2 is named with its three TF ops."""
+    pytest.importorskip("tensorflow")
+    golden = gd.write_tf_golden(tmp_path / "g", gd.cnn_run_tf())
+    clean = gd.write_ge_dump(tmp_path / "c", gd.fuse(gd.cnn_run_tf(fold_bn=True), gd.CNN_FUSION))
+    bad = gd.write_ge_dump(tmp_path / "t", gd.fuse(gd.cnn_run_tf(bn2_eps=0.5, fold_bn=True), gd.CNN_FUSION))
+    w = opdiff.load(bad)["cnn/conv1/Conv2D/Conv2D#0/forward/input/1"]
+    assert w.extra["format"] == "FRACTAL_Z" and w.shape == (3, 3, 3, 8)  # HWCN, as TF keeps filters
+    assert diagnose(golden, clean).verdict == "pass"
+    d = diagnose(golden, bad)
+    assert d.verdict == "fault" and d.culprit.module == "cnn/conv2/Conv2D" and d.culprit.fused_from == CONV2, d.summary

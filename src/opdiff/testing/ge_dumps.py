@@ -209,6 +209,43 @@ def cnn_run(*, bn2_eps: float = 1e-5, fold_bn: bool = False, seed: int = 0) -> l
     return ops
 
 
+def cnn_run_tf(*, bn2_eps: float = 1e-3, fold_bn: bool = False, seed: int = 0) -> list[Op]:
+    """The same CNN in TensorFlow (eager, CPU), TF's way: activations NHWC (NC1HWC0 on the device), filters
+    HWCN (FRACTAL_Z), op names as TF names them; `bn2_eps` and `fold_bn` as in cnn_run."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)
+    x = f32(2, 8, 8, 3)
+    filters = [f32(3, 3, 3, 8) * np.float32(0.3), f32(3, 3, 8, 12) * np.float32(0.2)]
+    bn = [(f32(c) * 0.1, rng.random(c, np.float32) + 0.5, f32(c) * 0.1, rng.random(c, np.float32) + 0.5) for c in (8, 12)]
+    wd, bd = f32(4 * 4 * 12, 10) * np.float32(0.1), f32(10) * np.float32(0.1)
+    act = lambda t: Tensor(np.asarray(t), "NC1HWC0", "NHWC")
+    ops: list[Op] = []
+    h = tf.constant(x)
+    for k, (w, (mean, var, beta, gamma)) in enumerate(zip(filters, bn), start=1):
+        eps = bn2_eps if k == 2 else 1e-3
+        c = tf.nn.conv2d(h, w, 1, "SAME")
+        ops.append(Op(f"cnn/conv{k}/Conv2D", "Conv2D", [act(h), Tensor(w, "FRACTAL_Z", "HWCN")], [act(c)]))
+        b = tf.nn.batch_normalization(c, mean, var, beta, gamma, eps)
+        ops.append(Op(f"cnn/bn{k}/FusedBatchNormV3", "BNInfer", [act(c)], [act(b)]))
+        r = tf.nn.relu(b)
+        if fold_bn:
+            scale = gamma / np.sqrt(var + np.float32(eps))
+            r = tf.nn.relu(tf.nn.conv2d(h, w * scale, 1, "SAME") + (beta - mean * scale))
+        ops.append(Op(f"cnn/relu{k}/Relu", "Relu", [act(b)], [act(r)]))
+        h = r
+    p = tf.nn.max_pool2d(h, 2, 2, "VALID")
+    ops.append(Op("cnn/pool/MaxPool", "MaxPool", [act(h)], [act(p)]))
+    f = tf.reshape(p, (2, -1))
+    ops.append(Op("cnn/flatten/Reshape", "Reshape", [act(p)], [Tensor(np.asarray(f))]))
+    m = tf.matmul(f, wd)
+    ops.append(Op("cnn/dense/MatMul", "MatMul", [Tensor(np.asarray(f)), Tensor(wd)], [Tensor(np.asarray(m))]))
+    y = tf.nn.bias_add(m, bd)
+    ops.append(Op("cnn/dense/BiasAdd", "BiasAdd", [Tensor(np.asarray(m)), Tensor(bd)], [Tensor(np.asarray(y))]))
+    return ops
+
+
 CNN_FUSION = {"cnn/conv1/Conv2D": "Conv2D:cnn/relu1/Relu", "cnn/conv2/Conv2D": "Conv2D:cnn/relu2/Relu",
               "cnn/dense/MatMul": "MatMulV2:cnn/dense/BiasAdd"}
 
