@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
+from kernel_bench import best  # bench/ is on sys.path when this script runs
 
 
 def build(out: Path, mb: float, tensors: int) -> dict[str, Path]:
@@ -34,15 +34,6 @@ def build(out: Path, mb: float, tensors: int) -> dict[str, Path]:
         ops = [Op(f"op_{k}", "Relu", [], [Tensor(t, fmt, origin)]) for k, t in enumerate(noisy)]
         paths[fmt] = write_ge_dump(out / fmt, ops, graph=False)
     return paths
-
-
-def best(fn, repeat: int) -> float:
-    out = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        out = min(out, time.perf_counter() - t)
-    return out
 
 
 def main() -> None:
