@@ -194,3 +194,22 @@ def test_logical_shape_needs_no_data():
         logical_shape("FRACTAL_NZ", (4, 2, 3, 16, 16), (4, 40, 50))
     with pytest.raises(FormatError, match="does not fit"):
         logical_shape("FRACTAL_Z", (18, 2, 16, 16), (20, 19, 3, 4))
+
+
+def test_ffts_slices_joined_along_the_cut_axis(tmp_path):
+    """An op run as 3 FFTS+ threads (NC1HWC0 output cut on H, uneven) reads as one op whose output is the whole
+    tensor; with a slice lost, the dump says so and the two left read as slices of their own."""
+    from opdiff.testing.ge_dumps import write_ffts_slices
+
+    x = RNG.standard_normal((2, 19, 7, 3)).astype(np.float32)
+    op = Op("net/conv", "Conv2D", [Tensor(x, "NC1HWC0", "NCHW")], [Tensor(x * 2, "NC1HWC0", "NCHW")])
+    write_ffts_slices(tmp_path / "ok", op, 3, axis=2)
+    d = opdiff.load(tmp_path / "ok")
+    assert [r.name for r in d.records] == ["net/conv/Conv2D#0/forward/input/0", "net/conv/Conv2D#0/forward/output/0"]
+    out = d.records[1]
+    assert out.extra["cut_axis"] == 2 and len(out.extra["pieces"]) == 3 and out.shape == x.shape
+    np.testing.assert_array_equal(d.tensor(out), x * 2)
+    write_ffts_slices(tmp_path / "lost", op, 3, axis=2, keep=2)
+    d = opdiff.load(tmp_path / "lost")
+    assert any("FFTS+ op with 2 slice file(s), its header says 3: not joined" in p for p in d.problems)
+    assert [r.call for r in d.records if r.role == "output"] == [0, 1] and not d.complete

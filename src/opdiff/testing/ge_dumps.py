@@ -58,9 +58,10 @@ def data_type(arr: np.ndarray) -> str:
     return _NP_TO_DT[arr.dtype]
 
 
-def _fill(msg: object, t: Tensor) -> bytes:
-    """Fill an OpInput / OpOutput for tensor `t`; returns its device bytes."""
-    dev = from_logical(t.value, t.format, t.origin_format)
+def _fill(msg: object, t: Tensor, dev: np.ndarray | None = None) -> bytes:
+    """Fill an OpInput / OpOutput for tensor `t` (held as `dev` on the device: its whole layout by default);
+    returns its device bytes."""
+    dev = from_logical(t.value, t.format, t.origin_format) if dev is None else dev
     msg.data_type = DATA_TYPE_NUMBER[data_type(t.value)]  # type: ignore[attr-defined]
     msg.format = FORMAT_NUMBER[t.format]  # type: ignore[attr-defined]
     msg.shape.dim.extend(dev.shape)  # type: ignore[attr-defined]
@@ -83,6 +84,29 @@ def ge_file_bytes(op: Op, dump_time: int) -> bytes:
         o.original_op.format = FORMAT_NUMBER[t.origin_format]
     head = d.SerializeToString()
     return struct.pack("<Q", len(head)) + head + b"".join(blobs)
+
+
+def write_ffts_slices(leaf: Path, op: Op, threads: int, axis: int, *, ts: int = T0, task: int = 2,
+                      keep: int | None = None) -> list[Path]:
+    """`op` run as FFTS+ threads: one file per thread holding the op's inputs and its slice of every output (the
+    device layout cut on `axis`), the JSON attr saying how many and where. `keep`: write only that many (a lost slice)."""
+    devs = [from_logical(t.value, t.format, t.origin_format) for t in op.outputs]
+    cuts = [[threads if a == axis else 1 for a in range(d.ndim)] for d in devs]
+    leaf.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(threads if keep is None else keep):
+        d = DumpData(version="2.0", dump_time=ts + k, op_name=op.name)
+        d.attr.add(name="ffts", value=json.dumps({"threadMode": 1, "slice_instance_num": threads, "outputCutList": cuts}))
+        blobs = [_fill(d.input.add(), t) for t in op.inputs]
+        for t, dev in zip(op.outputs, devs):
+            o = d.output.add()
+            blobs.append(_fill(o, t, np.ascontiguousarray(np.array_split(dev, threads, axis=axis)[k])))
+            o.original_op.name, o.original_op.format = op.name, FORMAT_NUMBER[t.origin_format]
+        head = d.SerializeToString()
+        path = leaf / f"{op.type}.{fold(op.name)}.{task}.1.{ts}.0.{k}.0"
+        path.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+        paths.append(path)
+    return paths
 
 
 def write_ge_dump(root: Path, ops: list[Op], *, device: int = 0, iteration: int = 0, t0: int = T0,
@@ -284,7 +308,7 @@ def mlp_run(*, tanh_gelu: bool = False, seed: int = 0) -> list[Op]:
 MLP_FUSION = {"block/fc1/MatMul": "MatMulV2:block/act/Gelu", "block/fc2/MatMul": "MatMulV2:block/fc2/BiasAdd"}
 
 __all__ = ["CNN_FUSION", "DTYPES", "MLP_FUSION", "Op", "Tensor", "cnn_run", "fuse", "ge_file_bytes", "mlp_run",
-           "write_ge_dump", "write_graph_json", "write_graph_text", "write_tf_golden"]
+           "write_ffts_slices", "write_ge_dump", "write_graph_json", "write_graph_text", "write_tf_golden"]
 
 
 # -- TorchAir: the GE dump of the NPU run and the FX graph's dump of the same model, token by token --------

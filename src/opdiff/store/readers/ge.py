@@ -24,6 +24,7 @@ from ..device_formats import PLAIN, FormatError, logical_shape, to_logical
 from ..format import node_name, numpy_dtype, record_name
 from ..source import Dump, TensorSpan
 from ..stats import tensor_stats
+from . import ge_ffts as ffts
 from .ge_file import GeFile, GeName, GeTensor, parse_name, read_file, read_header_length
 from .ge_graph import (
     GE_GRAPH_PREFIX,
@@ -93,12 +94,7 @@ class GeDump(Dump):
         records: list[Record] = []
         problems: list[str] = []
         counters: dict[tuple[str, str], int] = {}
-        for path, nm in sorted(files, key=lambda f: (f[1].timestamp, f[1].task, f[1].slice)):
-            try:
-                gf = read_file(path)
-            except DumpError as exc:
-                problems.append(str(exc))
-                continue
+        for nm, gf, joined in _ops(root, files, problems):
             problems += gf.problems
             module = gf.op_name or nm.op_folded
             call = counters.get((module, nm.op_type), 0)
@@ -107,7 +103,11 @@ class GeDump(Dump):
             op = lookup(graph, gf.op_name) or lookup(graph, nm.op_folded) if graph else None
             fused = _provenance(gf, op)
             for t in gf.tensors:
-                rec = self._record(root, gf, nm, node, module, call, t, op, len(records))
+                joined_out = joined is not None and t.role == "output"
+                rec = self._record(root, gf, nm, node, module, call, t, op, len(records), joined_out)
+                if joined is not None and joined_out:
+                    rec.extra["pieces"] = [list(p) for p in joined.pieces[t.index]]
+                    rec.extra["cut_axis"] = joined.axes[t.index]
                 if fused:
                     rec.extra[PROVENANCE_KEY] = fused
                 if rec.extra.get("unreadable"):
@@ -119,7 +119,7 @@ class GeDump(Dump):
         super().__init__(root=root, meta=meta, rank=rank, step=step, records=records, parts=parts, problems=problems)
 
     def _record(self, root: Path, gf: GeFile, nm: GeName, node: str, module: str, call: int, t: GeTensor,
-                op: GraphOp | None, index: int) -> Record:
+                op: GraphOp | None, index: int, joined: bool = False) -> Record:
         rel = gf.path.relative_to(root).as_posix()
         extra: dict[str, object] = {"file": rel, "offset": t.offset, "format": t.format, "device_shape": list(t.shape),
                                     "data_type": t.data_type, "task": nm.task}
@@ -133,9 +133,12 @@ class GeDump(Dump):
                 shape = logical_shape(t.format, t.shape, t.orig_shape, t.orig_format)
                 extra["original_format"] = t.orig_format or ""
             except FormatError as exc:  # kept in device layout: statistics only
-                extra["note"] = f"{t.format} not converted ({exc}): device shape, compared by statistics only"
-                stats = tensor_stats(self._raw(gf.path, t))
-                data = None  # type: ignore[assignment]
+                if joined:  # its bytes lie in several files: not read here
+                    extra["unreadable"] = f"{gf.path}: FFTS+ output {t.index} in {t.format} not converted ({exc})"
+                else:
+                    extra["note"] = f"{t.format} not converted ({exc}): device shape, compared by statistics only"
+                    stats = tensor_stats(self._raw(gf.path, t))
+                    data = None  # type: ignore[assignment]
         if t.role == "output":
             origin = _origin(t, op)
             if origin:
@@ -144,6 +147,17 @@ class GeDump(Dump):
         return Record(index=index, name=record_name(node, "forward", t.role, pos), node=node, module=module,
                       op=nm.op_type, level="graph", call=call, direction="forward", role=t.role, pos=pos,
                       dtype=t.dtype or "uint8", shape=tuple(shape), stats=stats, data=data, extra=extra)
+
+    def _joined(self, rec: Record, dtype: np.dtype) -> np.ndarray:
+        """An FFTS+ op's output: its slices' device tensors joined along the cut axis, flat."""
+        arrays = []
+        for rel, offset, shape in rec.extra["pieces"]:
+            count = int(np.prod(shape))
+            arr = np.fromfile(self.root / rel, dtype=dtype, count=count, offset=int(offset))
+            if arr.size != count:
+                raise DumpError(f"{self.root / rel}: an FFTS+ slice of {rec.name} is cut off")
+            arrays.append(arr.reshape(shape))
+        return np.concatenate(arrays, axis=int(rec.extra["cut_axis"])).reshape(-1)
 
     @staticmethod
     def _raw(path: Path, t: GeTensor) -> np.ndarray:
@@ -165,12 +179,14 @@ class GeDump(Dump):
         if problem:
             raise DumpError(problem)
         path = self.root / rec.extra["file"]
-        if fmt in PLAIN:
+        if fmt in PLAIN and "pieces" not in rec.extra:
             return TensorSpan(path=path, offset=int(rec.extra["offset"]), dtype=rec.dtype, shape=tuple(rec.shape))
         gf = read_file(path)
         t = next(x for x in gf.tensors if x.role == rec.role and str(x.index) == rec.pos)
+        shape = tuple(rec.extra["device_shape"])
+        raw = self._joined(rec, numpy_dtype(rec.dtype)) if "pieces" in rec.extra else self._raw(path, t)
         try:
-            return to_logical(self._raw(path, t), fmt, t.shape, t.orig_shape, t.orig_format)
+            return to_logical(raw, fmt, shape, t.orig_shape, t.orig_format)
         except FormatError as exc:
             raise DumpError(f"{path}: {rec.role} {rec.pos}: {exc}") from None
 
@@ -178,6 +194,28 @@ class GeDump(Dump):
         if (rank, step) == (self.rank, self.step):
             return self
         return open_dump(self.root, rank, step)
+
+
+def _ops(root: Path, files: list[tuple[Path, GeName]], problems: list[str]
+         ) -> list[tuple[GeName, GeFile, ffts.Joined | None]]:
+    """Every dumped op of a part in execution order: whole-op files, and FFTS+ slice groups joined into one op
+    (a group that cannot be joined: its slices as ops of their own, and the reason among the problems)."""
+    whole, groups = ffts.group(files)
+    out: list[tuple[GeName, GeFile, ffts.Joined | None]] = []
+    for group in groups:
+        try:
+            j = ffts.join(root, group)
+            out.append((group[0][1], j.file, j))
+            continue
+        except DumpError as exc:
+            problems.append(str(exc))
+        whole += group
+    for path, nm in whole:
+        try:
+            out.append((nm, read_file(path), None))
+        except DumpError as exc:
+            problems.append(str(exc))
+    return sorted(out, key=lambda o: (o[0].timestamp, o[0].task, o[0].slice))
 
 
 def _origin(t: GeTensor, op: GraphOp | None) -> str:
@@ -216,7 +254,7 @@ def link_sources(root: Path, records: list[Record]) -> None:
     no dataflow, and diagnose needs it to tell an op's own error from the one it inherits."""
     last: dict[tuple[object, ...], list[Record]] = {}
     for r in records:
-        if r.extra.get("unreadable"):
+        if r.extra.get("unreadable") or "pieces" in r.extra:  # a joined FFTS+ output lies in several files
             continue
         key = (r.extra["data_type"], r.extra["format"], tuple(r.extra["device_shape"]))
         if r.role == "output":

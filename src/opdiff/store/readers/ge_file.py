@@ -7,11 +7,13 @@ Only the header is read when a dump is opened; tensor bytes are mapped when comp
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -80,6 +82,7 @@ class GeFile:
     dump_time: int
     tensors: list[GeTensor] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # file-wide: a cut-off data section
+    attr: dict[str, Any] | None = None  # the first OpAttr's value as JSON: FFTS+ slicing (threadMode, outputCutList ...)
 
 
 def _header(path: Path) -> tuple[bytes, int]:
@@ -127,7 +130,7 @@ def read_file(path: Path) -> GeFile:
         msg.ParseFromString(raw)
     except DecodeError as exc:
         raise DumpError(f"{path}: GE dump header does not parse as DumpData ({exc})") from None
-    out = GeFile(path=path, op_name=msg.op_name, dump_time=msg.dump_time)
+    out = GeFile(path=path, op_name=msg.op_name, dump_time=msg.dump_time, attr=_attr_json(msg))
     offset = 8 + len(raw)
     for role, items in (("input", msg.input), ("output", msg.output)):
         for i, t in enumerate(items):
@@ -141,6 +144,17 @@ def read_file(path: Path) -> GeFile:
             if t.offset + t.size > size and t.problem is None:
                 t.problem = f"{path}: {t.role} {t.index} is cut off"
     return out
+
+
+def _attr_json(msg: Any) -> dict[str, Any] | None:
+    """The JSON the first OpAttr carries (FFTS+ slicing), or None when there is none or it is not a JSON object."""
+    if not msg.attr:
+        return None
+    try:
+        doc = json.loads(msg.attr[0].value)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _tensor(path: Path, role: str, i: int, t: object, offset: int) -> GeTensor:
