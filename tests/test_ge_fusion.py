@@ -144,3 +144,16 @@ def test_tensorflow_cnn_nhwc_golden_and_npu_dump(tmp_path):
     assert diagnose(golden, clean).verdict == "pass"
     d = diagnose(golden, bad)
     assert d.verdict == "fault" and d.culprit.module == "cnn/conv2/Conv2D" and d.culprit.fused_from == CONV2, d.summary
+
+
+def test_precision_tool_npu_tree(tmp_path):
+    """precision_tool's NPU tree (`precision_data/npu/debug_0/dump/{time}/{device}/...` and the graph dump in
+    `debug_0/graph/`) read from `debug_0`, against its TF golden (`precision_data/tf/dump`): the fault is named."""
+    debug = tmp_path / "precision_data" / "npu" / "debug_0"
+    gd.write_ge_dump(debug / "dump", gd.fuse(gd.cnn_run(bn2_eps=0.5), gd.CNN_FUSION), graph="text")
+    (debug / "graph").mkdir()
+    for g in (debug / "dump").glob("ge_proto_*.txt"):
+        g.rename(debug / "graph" / g.name)
+    golden = gd.write_tf_golden(tmp_path / "precision_data" / "tf" / "dump", gd.cnn_run())
+    d = diagnose(golden, debug)
+    assert d.verdict == "fault" and d.culprit.fused_from == CONV2, d.summary
