@@ -90,7 +90,6 @@ class GeDump(Dump):
 
     def __init__(self, root: Path, files: list[tuple[Path, GeName]], parts: list[tuple[int, int]],
                  rank: int, step: int, graph: dict[str, GraphOp]):
-        self._graph = graph
         records: list[Record] = []
         problems: list[str] = []
         counters: dict[tuple[str, str], int] = {}
@@ -137,8 +136,11 @@ class GeDump(Dump):
                     extra["unreadable"] = f"{gf.path}: FFTS+ output {t.index} in {t.format} not converted ({exc})"
                 else:
                     extra["note"] = f"{t.format} not converted ({exc}): device shape, compared by statistics only"
-                    stats = tensor_stats(self._raw(gf.path, t))
                     data = None  # type: ignore[assignment]
+                    try:
+                        stats = tensor_stats(self._raw(gf.path, t))
+                    except DumpError as err:
+                        extra["unreadable"] = str(err)
         if t.role == "output":
             origin = _origin(t, op)
             if origin:
@@ -181,8 +183,10 @@ class GeDump(Dump):
         path = self.root / rec.extra["file"]
         if fmt in PLAIN and "pieces" not in rec.extra:
             return TensorSpan(path=path, offset=int(rec.extra["offset"]), dtype=rec.dtype, shape=tuple(rec.shape))
-        gf = read_file(path)
-        t = next(x for x in gf.tensors if x.role == rec.role and str(x.index) == rec.pos)
+        t = next((x for x in read_file(path).tensors if x.role == rec.role and str(x.index) == rec.pos), None)
+        if t is None or t.dtype != rec.dtype or (t.format, list(t.shape)) != (fmt, rec.extra["device_shape"]) \
+                and "pieces" not in rec.extra:
+            raise DumpError(f"{path}: changed since it was opened ({rec.role} {rec.pos})")
         shape = tuple(rec.extra["device_shape"])
         raw = self._joined(rec, numpy_dtype(rec.dtype)) if "pieces" in rec.extra else self._raw(path, t)
         try:
