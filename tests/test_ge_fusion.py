@@ -8,9 +8,6 @@ golden is the framework's .npy dump (precision_tool's TF layout, outputs only) o
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,6 @@ from opdiff.diagnose import diagnose
 from opdiff.store.readers.ge_graph import GraphOp, provenance
 from opdiff.testing import ge_dumps as gd
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 CONV2 = ["cnn/conv2/Conv2D", "cnn/bn2/FusedBatchNormV3", "cnn/relu2/Relu"]
 FC1 = ["block/fc1/MatMul", "block/fc1/BiasAdd", "block/act/Gelu"]
 
@@ -105,30 +101,24 @@ def test_fused_run_without_graph_pairs_only_by_header_origin(runs, tmp_path):
     assert d.verdict == "fault" and d.culprit.module == "cnn/conv2/Conv2D" and d.culprit.fused_from == []
 
 
-def _cli(*args: object) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    return subprocess.run([sys.executable, "-m", "opdiff", *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=300)
-
-
-def test_cli_fusion_ge_compare_and_diagnose(runs, tmp_path):
+def test_cli_fusion_ge_compare_and_diagnose(runs, tmp_path, opdiff_cli):
     """`opdiff fusion ge` names the first fused op to break and its golden ops (exit 1), passes a clean pair
     (exit 0); compare and diagnose take GE dumps as they are; a missing dump is one line, exit 2."""
-    r = _cli("fusion", "ge", runs["cnn_off"], runs["cnn_fault"], "--json")
+    r = opdiff_cli("fusion", "ge", runs["cnn_off"], runs["cnn_fault"], "--json")
     assert r.returncode == 1, r.stdout + r.stderr
     doc = json.loads(r.stdout)
     assert doc["first_broken"]["node"] == "cnn/conv2/Conv2D/Conv2D#0" and doc["first_broken"]["golden_ops"] == CONV2
     assert [f["result"] for f in doc["fused_ops"]][:1] == ["PASS"] and doc["verdict"] == "fault"
-    r = _cli("fusion", "ge", runs["mlp_tf"], runs["mlp_fault"])
+    r = opdiff_cli("fusion", "ge", runs["mlp_tf"], runs["mlp_fault"])
     assert r.returncode == 1 and "first fused op to break: block/fc1/MatMul/MatMulV2#0 (rank 0, step 0), standing for " \
         + ", ".join(FC1) in r.stdout
-    r = _cli("fusion", "ge", runs["cnn_tf"], runs["cnn_clean"])
+    r = opdiff_cli("fusion", "ge", runs["cnn_tf"], runs["cnn_clean"])
     assert r.returncode == 0 and "3 fused ops: 3 PASS" in r.stdout, r.stdout + r.stderr
-    r = _cli("diagnose", runs["cnn_tf"], runs["cnn_fault"])
+    r = opdiff_cli("diagnose", runs["cnn_tf"], runs["cnn_fault"])
     assert r.returncode == 1 and "cnn/conv2/Conv2D" in r.stdout
-    r = _cli("compare", runs["cnn_off"], runs["cnn_clean"], "-o", tmp_path / "c", "--no-progress")
+    r = opdiff_cli("compare", runs["cnn_off"], runs["cnn_clean"], "-o", tmp_path / "c", "--no-progress")
     assert r.returncode == 0, r.stdout + r.stderr
-    r = _cli("fusion", "ge", runs["cnn_off"], tmp_path / "missing")
+    r = opdiff_cli("fusion", "ge", runs["cnn_off"], tmp_path / "missing")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "missing: no such dump directory" in r.stderr
 
 

@@ -7,9 +7,6 @@ the graph ops they stand for; FX files `{fx_name}.INPUT|OUTPUT.{i}.{ts}.npy` per
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +17,6 @@ from opdiff.diagnose import diagnose
 from opdiff.store.readers.ge_graph import GraphOp, lookup, parse_pbtxt, read_text_graph
 from opdiff.testing import ge_dumps as gd
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 FC1_FX = ["mm-aten.mm.default", "add-aten.add.Tensor", "gelu-aten.gelu.default"]
 
 
@@ -79,10 +75,8 @@ def test_graph_text_and_fused_names(tmp_path):
         read_text_graph(bad)
 
 
-def test_cli_diagnose_and_fusion_ge(runs):
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "opdiff", *map(str, a)], capture_output=True,
-                                    text=True, env=env, timeout=300)
+def test_cli_diagnose_and_fusion_ge(runs, opdiff_cli):
+    run = opdiff_cli
     r = run("diagnose", runs["fx"], runs["ge"])
     assert r.returncode == 1 and "MatMulAddGelu" in r.stdout and "gelu-aten.gelu.default" in r.stdout, r.stdout + r.stderr
     r = run("fusion", "ge", runs["fx"], runs["ge"])

@@ -239,7 +239,9 @@ def cnn_run_tf(*, bn2_eps: float = 1e-3, fold_bn: bool = False, seed: int = 0) -
     import tensorflow as tf
 
     rng = np.random.default_rng(seed)
-    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)
+    def f32(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape, dtype=np.float32)
+
     x = f32(2, 8, 8, 3)
     filters = [f32(3, 3, 3, 8) * np.float32(0.3), f32(3, 3, 8, 12) * np.float32(0.2)]
     bn = [(f32(c) * 0.1, rng.random(c, np.float32) + 0.5, f32(c) * 0.1, rng.random(c, np.float32) + 0.5) for c in (8, 12)]
