@@ -194,9 +194,7 @@ class GeDump(Dump):
         except FormatError as exc:
             raise DumpError(f"{path}: {rec.role} {rec.pos}: {exc}") from None
 
-    def with_part(self, rank: int, step: int) -> GeDump:
-        if (rank, step) == (self.rank, self.step):
-            return self
+    def open_part(self, rank: int, step: int) -> GeDump:
         return open_dump(self.root, rank, step)
 
 

@@ -113,8 +113,8 @@ class FxDump(Dump):
             return np.ascontiguousarray(np.load(h.path, mmap_mode="r", allow_pickle=False))
         return TensorSpan(path=h.path, offset=h.offset, dtype=h.dtype, shape=h.shape)
 
-    def with_part(self, rank: int, step: int) -> FxDump:
-        return self if (rank, step) == (self.rank, self.step) else open_dump(self.root, rank, step)
+    def open_part(self, rank: int, step: int) -> FxDump:
+        return open_dump(self.root, rank, step)
 
 
 def list_parts(path: Path) -> list[tuple[int, int]]:
