@@ -16,7 +16,7 @@ from rich.console import Console
 
 from ..base.errors import OpdiffError
 from ..base.outdir import check_replaceable, check_writable
-from ..base.termsafe import safe, safe_deep
+from ..base.termsafe import safe
 from ..base.vocab import TORCH_LEVELS as LEVELS
 from .common import open_dump
 from .dask_opts import dask_options
@@ -90,7 +90,7 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     if out_path is not None:
         report.write(d, "json", out_path)
     if html_path is not None:
-        report.write(d, "html", html_path, comparison=html_cmp, title=f"opdiff diagnose: {g.root.name} vs {t.root.name}")
+        report.write(d, "html", html_path, comparison=html_cmp, title=f"opdiff diagnose: {g.where.name} vs {t.where.name}")
     ranks = parallel_check(g, t, d, cmp)
     if as_json:
         text = report.text(d)
@@ -100,7 +100,7 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
             text = json.dumps(doc, indent=2)
         click.echo(text)
     else:
-        report.render(safe_deep(d), Console(width=160), golden=safe(g.root), target=safe(t.root))
+        report.render(d, Console(width=160), golden=str(g.where), target=str(t.where))  # render makes them terminal-safe
         if ranks is not None:
             print_parallel(ranks, t)
         for p in (out_path, html_path):

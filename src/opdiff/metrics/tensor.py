@@ -251,7 +251,8 @@ def na_metrics(reason: str, numel: int | None = None) -> Metrics:
     """A metrics dict where nothing could be computed, and why."""
     out: Metrics = {
         M.COSINE: None, M.MAX_ABS_ERR: None, M.MAX_REL_ERR: None, M.MEAN_ABS_ERR: None, M.MEAN_REL_ERR: None,
-        M.RMSE: None, M.ACC_REL_ERR: None, M.RED: None, M.EUC_DIST: None, M.KL_DIV: None,
+        M.RMSE: None, M.ACC_REL_ERR: None, M.MAX_REL_ERROR: None, M.MEAN_REL_ERROR: None, M.RED: None,
+        M.EUC_DIST: None, M.KL_DIV: None,
         M.GOLDEN_STD: None, M.TARGET_STD: None, M.ONE_THOUSANDTH: None, M.FIVE_THOUSANDTH: None,
         M.NORM_MAX_ABS_ERR: None, M.GOLDEN_MEAN: None, M.TARGET_MEAN: None, M.GOLDEN_ABS_MAX: None,
     }
@@ -267,6 +268,13 @@ def na_metrics(reason: str, numel: int | None = None) -> Metrics:
 def _mean_std(s_c: float, s_c2: float, shift: float, n: int) -> tuple[float, float]:
     mc = s_c / n
     return shift + mc, math.sqrt(max(s_c2 / n - mc * mc, 0.0))
+
+
+def _log_ratio(sa: float, sb: float, sd: float) -> float:
+    """log(A/B) for the KL sums (both > 0, floored at eps32): log1p(D/B) where A and B are close (no
+    cancellation), log A - log B where A is tiny beside B (D/B rounds to -1: log1p would raise)."""
+    x = sd / sb
+    return math.log1p(x) if x > -0.5 else math.log(sa) - math.log(sb)
 
 
 def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float | None,
@@ -302,6 +310,8 @@ def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float 
     elif ng == 0.0 or nt == 0.0:
         cosine = None
         msgs.append(f"{M.COLUMN[M.COSINE]} N/A: {'golden' if ng == 0.0 else 'target'} is all zero")
+    elif c[K.C_DIFF] == 0:
+        cosine = 1.0  # the same values: exactly 1, not the 0.9999999999999998 the rounded sums give
     else:
         cosine = min(1.0, max(-1.0, a[K.A_SUM_GT] / (ng * nt)))
     euc = math.sqrt(a[K.A_SUM_D2])
@@ -313,7 +323,7 @@ def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float 
         red = None
         msgs.append(f"{M.COLUMN[M.RED]} N/A: golden is all zero")
     # KL = sum(a log(a/b))/A + log(B/A), with log(B/A) = -log1p(sum(a - b)/B) (no cancellation)
-    kl = a[K.A_KL_SL] / a[K.A_KL_SA] - math.log1p(a[K.A_KL_SD] / a[K.A_KL_SB])
+    kl = a[K.A_KL_SL] / a[K.A_KL_SA] - _log_ratio(a[K.A_KL_SA], a[K.A_KL_SB], a[K.A_KL_SD])
     if abs(kl) < K.EPS64:
         kl = 0.0
     g_mean, g_std = _mean_std(a[K.A_SUM_GC], a[K.A_SUM_GC2], shifts[0], n)
@@ -324,6 +334,8 @@ def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float 
         M.MAX_REL_ERR: a[K.A_MAX_REL],
         M.MEAN_ABS_ERR: a[K.A_SUM_AD] / n,
         M.MEAN_REL_ERR: a[K.A_SUM_REL] / n,
+        M.MAX_REL_ERROR: a[K.A_MAX_ACC],
+        M.MEAN_REL_ERROR: a[K.A_SUM_ACC] / n,
         M.RMSE: math.sqrt(a[K.A_SUM_D2] / n),
         M.ACC_REL_ERR: a[K.A_SUM_ACC],
         M.RED: red,

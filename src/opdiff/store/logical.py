@@ -73,7 +73,8 @@ class LogicalDump(Dump):
             raise DumpError(f"{self.root}: no logical record named {rec.name!r}")
         return assemble_data(self, rec.name, lg)
 
-    def with_part(self, rank: int, step: int) -> Dump:
+    def open_part(self, rank: int, step: int) -> Dump:
+        """Another step of the run, merged the same way (the rank is always the merged run's own)."""
         return merge_ranks(self.parts_by_rank[self.ranks[0]].with_part(self.ranks[0], step), self.rules)
 
     def check(self) -> None:
@@ -129,7 +130,8 @@ def merge_ranks(dump: Dump, rules: LayoutRules | None = None) -> LogicalDump:
     return LogicalDump(root=dump.root, meta=meta, rank=ranks[0], step=dump.step, records=records,
                        parts=[(ranks[0], s) for r, s in dump.parts if r == ranks[0]],
                        problems=[p for d in parts.values() for p in d.problems], ranks=ranks, parts_by_rank=parts,
-                       logical=logical, collectives=collectives, rules=rules)
+                       logical=logical, collectives=collectives, rules=rules, scope=(None, dump.scope[1]),
+                       address=dump.address)
 
 
 def _merged_order(parts: dict[int, Dump]) -> tuple[list[str], dict[str, list[tuple[int, Record]]],
