@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -75,7 +76,9 @@ def tensor_files(root: Path) -> list[Path]:
 
 
 def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> dict:
-    """Run `cmd` as a child; wall seconds, exit status and peak RSS of its whole process tree."""
+    """Run `cmd` as a child; wall seconds, CPU seconds (user + system of the child and the children it
+    waited for: the fairer figure on a loaded machine), exit status and peak RSS of its process tree."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = psutil.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     peak = 0
@@ -88,7 +91,10 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> dict:
         time.sleep(0.05)
     wall = time.perf_counter() - t0
     out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    return {"cmd": cmd, "wall_s": wall, "peak_rss_mb": peak / 1e6, "rc": proc.returncode, "tail": out[-1500:]}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"cmd": cmd, "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak / 1e6, "rc": proc.returncode,
+            "tail": out[-1500:], "load": os.getloadavg()[0]}
 
 
 NUMPY_READ = """
@@ -155,18 +161,22 @@ def main(argv: list[str] | None = None) -> int:
                                            str(out / "msprobe_out")])
     report["runs"] = runs
     failed = runs["msprobe compare"]["rc"] != 0 or any(runs[k]["rc"] not in (0, 1) for k in ("opdiff compare", "opdiff --format csv"))
-    print(f"\n{'':20}{'wall s':>9}{'GB/s':>8}{'peak RSS MB':>13}{'exit':>6}")
+    print(f"\n{'':20}{'wall s':>9}{'CPU s':>9}{'GB/s':>8}{'peak RSS MB':>13}{'exit':>6}{'load':>6}")
     for name, r in runs.items():
-        print(f"{name:20}{r['wall_s']:9.2f}{total / GB / r['wall_s']:8.2f}{r['peak_rss_mb']:13.0f}{r['rc']:6}")
+        print(f"{name:20}{r['wall_s']:9.2f}{r['cpu_s']:9.2f}{total / GB / r['wall_s']:8.2f}{r['peak_rss_mb']:13.0f}"
+              f"{r['rc']:6}{r['load']:6.1f}")
     if failed:
         print(runs["opdiff compare"]["tail"], runs["msprobe compare"]["tail"], sep="\n", file=sys.stderr)
         print("a comparison failed: no ratio", file=sys.stderr)
     else:
         report["speedup"] = runs["msprobe compare"]["wall_s"] / runs["opdiff compare"]["wall_s"]
         report["speedup_csv"] = runs["msprobe compare"]["wall_s"] / runs["opdiff --format csv"]["wall_s"]
+        report["cpu_ratio"] = runs["msprobe compare"]["cpu_s"] / runs["opdiff compare"]["cpu_s"]
+        report["cpu_ratio_csv"] = runs["msprobe compare"]["cpu_s"] / runs["opdiff --format csv"]["cpu_s"]
         print(f"\nopdiff compare is {report['speedup']:.1f}x faster than msprobe compare "
               f"(peak RSS {runs['opdiff compare']['peak_rss_mb'] / runs['msprobe compare']['peak_rss_mb']:.2f}x); "
-              f"{report['speedup_csv']:.1f}x with --format csv")
+              f"{report['speedup_csv']:.1f}x with --format csv; in CPU time {report['cpu_ratio']:.1f}x and "
+              f"{report['cpu_ratio_csv']:.1f}x (load average {os.getloadavg()[0]:.1f})")
     (out / "vs_msprobe.json").write_text(json.dumps(report, indent=1))
     if not args.keep:
         shutil.rmtree(dumps, ignore_errors=True)

@@ -3,6 +3,7 @@ both give the metrics of the arrays themselves, and a cut-off file makes its pai
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -26,7 +27,7 @@ def _pairs(tmp_path, dtype, n: int = 5):
         yield g, t, _write(tmp_path / f"g{i}", g), _write(tmp_path / f"t{i}", t)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int32])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.float64, np.int32])
 def test_small_reads_and_maps_give_the_arrays_metrics(tmp_path, monkeypatch, dtype):
     pairs = list(_pairs(tmp_path, dtype))
     with Workspace() as ws:
