@@ -66,3 +66,23 @@ def test_cut_off_file_is_one_line_error(tmp_path, monkeypatch, small):
     with pytest.raises(TensorDataError) as exc:
         pair_metrics(gs, ts)
     assert "\n" not in str(exc.value) and str(tmp_path / "t") in str(exc.value)
+
+
+def test_half_to_float_is_bit_exact_on_every_half():
+    """All 65,536 float16 bit patterns (subnormals, inf, nan payloads, -0) convert as numpy converts them."""
+    from opdiff.metrics import kernel as K
+
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    out = np.empty(bits.size, dtype=np.float32)
+    K.half_to_float(bits, out)
+    assert np.array_equal(out.view(np.uint32), bits.view(np.float16).astype(np.float32).view(np.uint32))
+
+
+def test_float16_pairs_equal_their_float32_upcast(tmp_path):
+    """fp16 pairs through the kernel's own half conversion give the metrics of the fp32 arrays."""
+    rng = np.random.default_rng(5)
+    g = (rng.standard_normal(5000) * 1e-5).astype(np.float16)  # many subnormals
+    t = (g.astype(np.float32) * np.float32(1.01)).astype(np.float16)
+    t[7], g[9] = np.inf, np.nan
+    gs, ts = _write(tmp_path / "g", g), _write(tmp_path / "t", t)
+    assert pair_metrics(gs, ts) == tensor_metrics(g, t) == tensor_metrics(g.astype(np.float32), t.astype(np.float32))

@@ -138,7 +138,7 @@ def _close_map(mm: mmap.mmap) -> None:
         pass
 
 
-F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 
 
 def kernel_dtype(a: str, b: str) -> np.dtype:
@@ -206,7 +206,10 @@ class _Reader:
         if raw.dtype == self.kdtype:
             return raw
         out = self.work[:count]
-        np.copyto(out, raw, casting="unsafe")
+        if raw.dtype == F16 and self.kdtype == F32:
+            K.half_to_float(raw.view(np.uint16), out)  # numpy's own cast is 18x slower
+        else:
+            np.copyto(out, raw, casting="unsafe")
         return out
 
     def release(self) -> None:
@@ -407,3 +410,7 @@ def warm_up() -> None:
                 t.setflags(write=not t_ro)
                 tensor_metrics(g, t)
                 K.finite_range(g)
+    half = np.zeros(1, dtype=np.uint16)
+    K.half_to_float(half, np.zeros(1, dtype=np.float32))
+    half.setflags(write=False)  # as a mapped shard gives it
+    K.half_to_float(half, np.zeros(1, dtype=np.float32))
