@@ -91,6 +91,7 @@ def _as_float_intrinsic(typingctx: Any, x: types.Type) -> tuple[Any, Codegen] | 
 # as the jitted kernels call them (numba passes the typing context itself); callable from jitted code only
 _as_int = cast(Callable[[float], int], _as_int_intrinsic)
 _as_float = cast(Callable[[int], float], _as_float_intrinsic)
+_as_float32 = cast(Callable[[np.int32], np.floating[Any]], _as_float_intrinsic)
 
 
 def _is_nonfinite(x: float) -> int:
@@ -376,7 +377,7 @@ def half_to_float(src: npt.NDArray[np.uint16], dst: npt.NDArray[np.float32]) -> 
         em = h & np.int32(0x7FFF)
         bits = (em << np.int32(13)) + np.int32(0x38000000)  # rebias the exponent by 127 - 15
         bits = (em << np.int32(13)) | np.int32(0x7F800000) if em >= np.int32(0x7C00) else bits  # inf / nan
-        f = _as_float(np.int32(bits))  # numba widens int32 arithmetic to int64: narrow it back
+        f = _as_float32(np.int32(bits))  # numba widens int32 arithmetic to int64: narrow it back
         f = np.float32(em) * np.float32(2.0 ** -24) if em < np.int32(0x0400) else f  # subnormal or zero: exact
         dst[i] = -f if h & np.int32(0x8000) else f
 
