@@ -97,7 +97,7 @@ def main() -> None:
               f"{c_cmp / n * 1e6:.1f} us CPU per record")
         print(f"diagnose beyond compare: best {min(times):.3f} s, median {sorted(times)[len(times) // 2]:.3f} s "
               f"over {args.repeat} runs; CPU best {min(cpus):.3f} s = {min(cpus) / c_cmp:.1%} of compare's CPU")
-        print(f"verdict: {d.verdict}, culprit: {d.culprit['module'] if d.culprit else None} "
+        print(f"verdict: {d.verdict}, culprit: {d.culprit.module if d.culprit else None} "
               f"(expected layers.{(ops // 2) // 20}.{'attn' if (ops // 2) % 20 < 10 else 'mlp'})")
 
 
