@@ -111,10 +111,11 @@ def _cell(ref: str, v: Any, s: str) -> str:
 
 
 def _sheet(cmp: Comparison, cols: list[str], last: str, nrows: int) -> Iterator[str]:
-    """The worksheet XML in pieces: frozen header, column widths, one <row> per pair, the filter."""
+    """The worksheet XML in pieces: its extent (read-only readers take the row count from it), frozen
+    header, column widths, one <row> per pair, the filter."""
     yield ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
            '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
-           '<sheetViews><sheetView tabSelected="1" workbookViewId="0"><pane ySplit="1" topLeftCell="A2" '
+           f'<dimension ref="A1:{last}"/><sheetViews><sheetView tabSelected="1" workbookViewId="0"><pane ySplit="1" topLeftCell="A2" '
            'activePane="bottomLeft" state="frozen"/><selection pane="bottomLeft" activeCell="A2" sqref="A2"/>'
            '</sheetView></sheetViews><sheetFormatPr defaultRowHeight="15"/><cols>')
     for j, c in enumerate(cols):
