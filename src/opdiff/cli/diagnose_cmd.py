@@ -84,11 +84,11 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     if out_path is not None:
         report.write(d, "json", out_path)
     if html_path is not None:
-        report.write(d, "html", html_path, comparison=html_cmp, title=f"opdiff diagnose: {g.root.name} vs {t.root.name}")
+        report.write(d, "html", html_path, comparison=html_cmp, title=f"opdiff diagnose: {g.where.name} vs {t.where.name}")
     if as_json:
         click.echo(report.text(d))
     else:
-        report.render(d, Console(width=160), golden=str(g.root), target=str(t.root))  # render makes them terminal-safe
+        report.render(d, Console(width=160), golden=str(g.where), target=str(t.where))  # render makes them terminal-safe
         for p in (out_path, html_path):
             if p is not None:
                 click.echo(f"written: {safe(p)}")
