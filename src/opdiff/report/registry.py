@@ -17,7 +17,7 @@ from rich.console import Console
 from ..base.errors import OpdiffError
 from ..base.jsonsafe import dumps
 from ..base.outdir import write_atomic
-from . import diagnosis, hunt
+from . import diagnosis, fusion, hunt
 from .console import print_summary
 from .csv import write_csv
 from .explorer import write_overlays
@@ -63,6 +63,7 @@ WRITERS: dict[tuple[str, str], Writer] = {
     (HUNT, "json"): write_result_json,
     (HUNT, CONSOLE): hunt.render,
     (FUSION, "json"): write_result_json,
+    (FUSION, CONSOLE): fusion.render,
 }
 
 
