@@ -103,8 +103,8 @@ def output_path(out: Path, fmt: str, stem: str) -> Path:
 
 
 def render(result: object, console: Console | None = None, **options: Any) -> None:
-    """Print `result` on the console (rich): the summary each command shows."""
-    writer(result, CONSOLE)(result, console or Console(), **options)
+    """Print `result` on `console` (rich; None: the writer's own, sized as that output needs)."""
+    writer(result, CONSOLE)(result, console, **options)
 
 
 def text(result: HasJson) -> str:
