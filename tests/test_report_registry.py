@@ -45,7 +45,7 @@ def test_every_key_names_a_real_class():
 def test_every_comparison_format_written_in_place(runs, tmp_path):
     cmp, _ = runs
     fmts = [f for f in report.formats(cmp) if f != report.CONSOLE]
-    assert set(fmts) == {"csv", "xlsx", "json", "html", "model-explorer"}
+    assert set(fmts) == {"csv", "xlsx", "json", "html", "model-explorer", "msprobe-csv", "msprobe-xlsx"}
     for f in fmts:
         path = report.write(cmp, f, report.output_path(tmp_path, f, "compare"))
         assert path.is_dir() if f in report.FOLDERS else path.stat().st_size > 0

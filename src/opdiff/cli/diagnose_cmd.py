@@ -15,7 +15,7 @@ from rich.console import Console
 
 from ..base.errors import OpdiffError
 from ..base.outdir import check_replaceable, check_writable
-from ..base.termsafe import safe, safe_deep
+from ..base.termsafe import safe
 from ..base.vocab import TORCH_LEVELS as LEVELS
 from .common import open_dump
 from .dask_opts import dask_options
@@ -84,11 +84,11 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     if out_path is not None:
         report.write(d, "json", out_path)
     if html_path is not None:
-        report.write(d, "html", html_path, comparison=html_cmp, title=f"opdiff diagnose: {g.root.name} vs {t.root.name}")
+        report.write(d, "html", html_path, comparison=html_cmp, title=f"opdiff diagnose: {g.where.name} vs {t.where.name}")
     if as_json:
         click.echo(report.text(d))
     else:
-        report.render(safe_deep(d), Console(width=160), golden=safe(g.root), target=safe(t.root))
+        report.render(d, Console(width=160), golden=str(g.where), target=str(t.where))  # render makes them terminal-safe
         for p in (out_path, html_path):
             if p is not None:
                 click.echo(f"written: {safe(p)}")

@@ -35,6 +35,7 @@ from ..base.vocab import (
     UNMATCHED,
 )
 from ..store import Dump
+from .layer_mapping import resolve
 from .lcs import lcs, longest_increasing
 from .mapping import Mapping
 
@@ -251,6 +252,8 @@ def _nodes(records: list[Record]) -> dict[str, list[int]]:
 
 def align_records(golden: list[Record], target: list[Record], mapping: Mapping | None = None) -> list[Pair]:
     """align() on two record lists in execution order (for callers without a Dump)."""
+    if mapping is not None and mapping.layers:
+        mapping = resolve(mapping, target)
     a = _Aligner(golden, target, mapping)
     a.graph_values()
     if mapping is not None:

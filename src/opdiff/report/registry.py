@@ -23,6 +23,7 @@ from .csv import write_csv
 from .explorer import write_overlays
 from .html import write_html
 from .json import write_json
+from .msprobe import write_msprobe_csv, write_msprobe_xlsx
 from .replay import print_replay
 from .xlsx import write_xlsx
 
@@ -55,6 +56,8 @@ WRITERS: dict[tuple[str, str], Writer] = {
     (COMPARISON, "html"): write_html,
     (COMPARISON, "model-explorer"): write_overlays,
     (COMPARISON, CONSOLE): print_summary,
+    (COMPARISON, "msprobe-csv"): write_msprobe_csv,  # msprobe compare's own result files (docs/compare.md)
+    (COMPARISON, "msprobe-xlsx"): write_msprobe_xlsx,
     (DIAGNOSIS, "json"): write_result_json,
     (DIAGNOSIS, "html"): diagnosis.write_html_page,
     (DIAGNOSIS, CONSOLE): diagnosis.render,
@@ -98,12 +101,14 @@ def write(result: object, fmt: str, path: str | os.PathLike[str], **options: Any
 
 
 def output_path(out: Path, fmt: str, stem: str) -> Path:
-    """Where a report of `fmt` goes in the output directory `out`: `<stem>.<fmt>`, a folder format under its name."""
-    return out / (fmt if fmt in FOLDERS else f"{stem}.{fmt}")
+    """Where a report of `fmt` goes in the output directory `out`: `<stem>.<fmt>` (`msprobe-csv`:
+    `<stem>.msprobe.csv`), a folder format under its name."""
+    return out / (fmt if fmt in FOLDERS else f"{stem}.{fmt.replace('-', '.')}")
 
 
 def render(result: object, console: Console | None = None, **options: Any) -> None:
-    """Print `result` on `console` (rich; None: the writer's own, sized as that output needs)."""
+    """Print `result` on the console (rich): the summary each command shows. Without `console`, each writer
+    picks its own (the comparison summary: 160 columns when stdout is not a terminal, so CI logs do not wrap)."""
     writer(result, CONSOLE)(result, console, **options)
 
 

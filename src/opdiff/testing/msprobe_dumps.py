@@ -66,7 +66,7 @@ def run_step(model, inputs: dict[str, Any], backward: bool):
 def write_config(out: Path, task: str, level: str, summary: str | None) -> Path:
     """The msprobe config.json of one dump (all ranks, all steps, all data)."""
     section: dict[str, Any] = {"scope": [], "list": [], "data_mode": ["all"]}
-    if task == "statistics":
+    if task == "statistics" or summary:  # the tensor task takes a summary mode too (its md5/xor beside the data)
         section["summary_mode"] = summary or "statistics"
     cfg = {"task": task, "dump_path": str(out), "rank": [], "step": [], "level": level, task: section}
     path = out.parent / f".{out.name}.config.json"
