@@ -33,7 +33,8 @@ A_SUM_REL, A_CNT_1K, A_CNT_5K, A_SUM_ACC = 9, 10, 11, 12
 A_KL_SA, A_KL_SB, A_KL_SL = 13, 14, 15
 A_MAX_AD, A_MAX_REL, A_WORST_G, A_WORST_T = 16, 17, 18, 19
 A_KL_SD = 20  # sum of (a - b): log(B/A) = -log1p(SD/B) without cancelling two large sums
-N_ACC = 21
+A_MAX_ACC = 21  # max r over |g| > eps: msaccucmp's MaxRelativeError (elements with golden ~ 0 count as 0)
+N_ACC = 22
 # int64 counter slots
 C_G_NAN, C_G_PINF, C_G_NINF, C_T_NAN, C_T_PINF, C_T_NINF = 0, 1, 2, 3, 4, 5
 C_MISMATCH, C_FIRST_MISMATCH, C_WORST_IDX, C_FINITE, C_DIFF = 6, 7, 8, 9, 10
@@ -153,9 +154,9 @@ def _log_ratio_finish(e: float, s: float) -> float:
 
 
 @_jit_fast
-def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int, int, int]:
+def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int, int, int, int]:
     """Every sum of one block into o (accumulator slots); returns (nan/inf seen, elements that differ,
-    KL terms the arithmetic log cannot take, max |t - g| and max r as int64 bits). Assumes nothing:
+    KL terms the arithmetic log cannot take, max |t - g|, max r and max r over |g| > eps as int64 bits). Assumes nothing:
     the caller discards the block's sums when nan/inf were seen (fastmath makes them meaningless)."""
     s_ad = s_d2 = s_g2 = s_t2 = s_gt = 0.0
     s_gc = s_tc = s_gc2 = s_tc2 = 0.0
@@ -166,6 +167,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int,
     odd = 0
     m_ad = 0
     m_rel = 0
+    m_acc = 0
     kg = p[P_GSHIFT]
     kt = p[P_TSHIFT]
     gmin = p[P_GMIN]
@@ -201,6 +203,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int,
         c1 += 1.0 if r < 0.001 else 0.0
         c5 += 1.0 if r < 0.005 else 0.0
         s_acc += r if ag > EPS64 else 0.0
+        m_acc = max(m_acc, _as_int(r) if ag > EPS64 else 0)
     # the KL terms in a second loop over the same block (in L1): one loop holding every sum runs
     # out of vector registers and is slower than the two
     for i in range(g.size):
@@ -231,7 +234,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int,
     o[A_KL_SB] = sb
     o[A_KL_SL] = sl
     o[A_KL_SD] = sd
-    return bad, ndiff, odd, m_ad, m_rel
+    return bad, ndiff, odd, m_ad, m_rel, m_acc
 
 
 @nb.njit(inline="always")
@@ -267,7 +270,7 @@ def _bits(x: float) -> int:
 def chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int) -> bool:
     """Fold one block starting at flat index `base`; False (and nothing folded) when it holds nan/inf."""
     n = g.size
-    bad, ndiff, odd, m_ad, m_rel = _block_fast(g, t, p, o)
+    bad, ndiff, odd, m_ad, m_rel, m_acc = _block_fast(g, t, p, o)
     if bad > 0:
         return False
     if odd > 0:
@@ -288,6 +291,8 @@ def chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int
                 break
     if m_rel > _bits(acc[A_MAX_REL]):
         acc[A_MAX_REL] = _as_float(m_rel)
+    if m_acc > _bits(acc[A_MAX_ACC]):
+        acc[A_MAX_ACC] = _as_float(m_acc)
     return True
 
 
@@ -359,6 +364,8 @@ def chunk_careful(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, base: int) -> 
             acc[A_CNT_5K] += 1.0
         if ag > EPS64:
             acc[A_SUM_ACC] += r
+            if r > acc[A_MAX_ACC]:
+                acc[A_MAX_ACC] = r
         a = max((ti - p[P_TMIN]) * p[P_TINV], EPS32)
         b = max((gi - p[P_GMIN]) * p[P_GINV], EPS32)
         acc[A_KL_SA] += a

@@ -251,7 +251,8 @@ def na_metrics(reason: str, numel: int | None = None) -> Metrics:
     """A metrics dict where nothing could be computed, and why."""
     out: Metrics = {
         M.COSINE: None, M.MAX_ABS_ERR: None, M.MAX_REL_ERR: None, M.MEAN_ABS_ERR: None, M.MEAN_REL_ERR: None,
-        M.RMSE: None, M.ACC_REL_ERR: None, M.RED: None, M.EUC_DIST: None, M.KL_DIV: None,
+        M.RMSE: None, M.ACC_REL_ERR: None, M.MAX_REL_ERROR: None, M.MEAN_REL_ERROR: None, M.RED: None,
+        M.EUC_DIST: None, M.KL_DIV: None,
         M.GOLDEN_STD: None, M.TARGET_STD: None, M.ONE_THOUSANDTH: None, M.FIVE_THOUSANDTH: None,
         M.NORM_MAX_ABS_ERR: None, M.GOLDEN_MEAN: None, M.TARGET_MEAN: None, M.GOLDEN_ABS_MAX: None,
     }
@@ -333,6 +334,8 @@ def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float 
         M.MAX_REL_ERR: a[K.A_MAX_REL],
         M.MEAN_ABS_ERR: a[K.A_SUM_AD] / n,
         M.MEAN_REL_ERR: a[K.A_SUM_REL] / n,
+        M.MAX_REL_ERROR: a[K.A_MAX_ACC],
+        M.MEAN_REL_ERROR: a[K.A_SUM_ACC] / n,
         M.RMSE: math.sqrt(a[K.A_SUM_D2] / n),
         M.ACC_REL_ERR: a[K.A_SUM_ACC],
         M.RED: red,
