@@ -123,25 +123,16 @@ def fusion_torch_cmd(entry, out, regions, preset, force):
 def fusion_ge_cmd(golden, target, preset, as_json, allow_partial):
     """Ascend GE: the fused run TARGET (GE dump + graph JSON) against GOLDEN (fusion-off GE dump, or the
     framework's .npy dump); name the first fused op that breaks and the golden ops it replaced."""
-    import json
-
+    from .. import report
     from ..fusion.ge import fusion_ge
     from .common import open_dump
 
     res = fusion_ge(open_dump(golden, None, None, allow_partial), open_dump(target, None, None, allow_partial),
                     thresholds=preset)
     if as_json:
-        click.echo(json.dumps(res.to_json(), indent=1))
+        click.echo(report.text(res))
     else:
-        counts: dict[str, int] = {}
-        for f in res.fused:
-            counts[f.result] = counts.get(f.result, 0) + 1
-        click.echo(f"{len(res.fused)} fused ops: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-        first = res.first_broken
-        if first is not None:
-            click.echo(f"first fused op to break: {first.node} (rank {first.rank}, step {first.step}), standing for "
-                       f"{', '.join(first.golden_ops)}")
-        click.echo(f"diagnosis: {res.diagnosis.verdict}: {res.diagnosis.summary}")
+        report.render(res, Console(width=160))
     return 1 if res.first_broken is not None or res.diagnosis.verdict not in ("pass", "drift") else 0
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from rich.console import Console
 
 from ..base.termsafe import plain
+from ..diagnose.verdict import Diagnosis
 
 
 class BisectionLike(Protocol):
@@ -67,6 +69,45 @@ def _verdict(res: FusionLike) -> list[str]:
     return lines
 
 
+class FusedOpLike(Protocol):
+    """opdiff.fusion.ge.FusedOp: one fused NPU op and the golden ops it stands for."""
+
+    node: str
+    golden_ops: list[str]
+    result: str
+    rank: int
+    step: int
+
+
+class GeFusionLike(Protocol):
+    """What the console shows of opdiff.fusion.ge.GeFusionResult."""
+
+    @property
+    def fused(self) -> Sequence[FusedOpLike]: ...
+
+    @property
+    def first_broken(self) -> FusedOpLike | None: ...
+
+    @property
+    def diagnosis(self) -> Diagnosis: ...
+
+
+def render_ge(res: GeFusionLike, console: Console | None = None) -> None:
+    """`opdiff fusion ge`: the fused ops by verdict, the first to break and what it replaced, the diagnosis."""
+    c = console or Console()
+    counts: dict[str, int] = {}
+    for f in res.fused:
+        counts[f.result] = counts.get(f.result, 0) + 1
+    lines = [f"{len(res.fused)} fused ops: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))]
+    first = res.first_broken
+    if first is not None:
+        lines.append(f"first fused op to break: {first.node} (rank {first.rank}, step {first.step}), standing for "
+                     f"{', '.join(first.golden_ops)}")
+    lines.append(f"diagnosis: {res.diagnosis.verdict}: {res.diagnosis.summary}")
+    for line in lines:
+        c.print(plain(line), markup=False, highlight=False, soft_wrap=True)
+
+
 def render(res: FusionLike, console: Console | None = None) -> None:
     """Print what fusion found, one plain line each (names come from the model: no markup, no control characters)."""
     c = console or Console()
@@ -78,4 +119,4 @@ def render(res: FusionLike, console: Console | None = None) -> None:
         c.print(plain(line), markup=False, highlight=False, soft_wrap=True)
 
 
-__all__ = ["render"]
+__all__ = ["render", "render_ge"]

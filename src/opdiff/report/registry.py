@@ -32,6 +32,7 @@ DIAGNOSIS = "opdiff.diagnose.verdict.Diagnosis"
 REPLAY = "opdiff.replay.result.ReplayResult"
 HUNT = "opdiff.hunting.run.HuntResult"
 FUSION = "opdiff.fusion.ort.FusionResult"
+GE_FUSION = "opdiff.fusion.ge.GeFusionResult"
 CONSOLE = "console"
 FOLDERS = frozenset({"model-explorer"})  # formats written as a folder of files
 
@@ -67,6 +68,8 @@ WRITERS: dict[tuple[str, str], Writer] = {
     (HUNT, CONSOLE): hunt.render,
     (FUSION, "json"): write_result_json,
     (FUSION, CONSOLE): fusion.render,
+    (GE_FUSION, "json"): write_result_json,
+    (GE_FUSION, CONSOLE): fusion.render_ge,
 }
 
 
