@@ -1,4 +1,4 @@
-"""`opdiff capture-onnx` and `opdiff fusion onnx`: graph-engine capture and finding the fusion at fault.
+"""`opdiff capture-onnx` and `opdiff fusion onnx|torch|ge`: graph-engine capture and finding the fusion at fault.
 
 Exit status of `fusion`: 0 the fused run agrees with the unfused one, 1 it diverges (the pass at
 fault is named when the bisection finds it), 2 bad input. See docs/fusion.md.
@@ -116,6 +116,37 @@ def fusion_torch_cmd(entry, out, regions, preset, force):
     if "cost" in res.extra:
         click.echo(f"total bisection cost: {res.extra['cost']['runs']} runs, {res.extra['cost']['seconds']:.1f} s")
     return 0 if res.agrees else 1
+
+
+@fusion_group.command("ge")
+@click.argument("golden", type=click.Path())
+@click.argument("target", type=click.Path())
+@click.option("--preset", default="default", show_default=True, help="Verdict rule preset.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--allow-partial", is_flag=True, help="Accept a dump with damaged or cut-off files.")
+def fusion_ge_cmd(golden, target, preset, as_json, allow_partial):
+    """Ascend GE: the fused run TARGET (GE dump + graph JSON) against GOLDEN (fusion-off GE dump, or the
+    framework's .npy dump); name the first fused op that breaks and the golden ops it replaced."""
+    import json
+
+    from ..fusion.ge import fusion_ge
+    from .common import open_dump
+
+    res = fusion_ge(open_dump(golden, None, None, allow_partial), open_dump(target, None, None, allow_partial),
+                    thresholds=preset)
+    if as_json:
+        click.echo(json.dumps(res.to_json(), indent=1))
+    else:
+        counts: dict[str, int] = {}
+        for f in res.fused:
+            counts[f.result] = counts.get(f.result, 0) + 1
+        click.echo(f"{len(res.fused)} fused ops: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+        first = res.first_broken
+        if first is not None:
+            click.echo(f"first fused op to break: {first.node} (rank {first.rank}, step {first.step}), standing for "
+                       f"{', '.join(first.golden_ops)}")
+        click.echo(f"diagnosis: {res.diagnosis.verdict}: {res.diagnosis.summary}")
+    return 1 if res.first_broken is not None or res.diagnosis.verdict not in ("pass", "drift") else 0
 
 
 def _print(res) -> None:

@@ -14,9 +14,9 @@ from types import ModuleType
 
 from ...base.errors import DumpError
 from ..source import Dump
-from . import msprobe, npy_dir, opdiff_format, tfdbg
+from . import ge, msprobe, npy_dir, opdiff_format, tfdbg, torchair_fx
 
-READERS: tuple[ModuleType, ...] = (opdiff_format, msprobe, tfdbg, npy_dir)  # npy_dir last: it takes any .npy tree
+READERS: tuple[ModuleType, ...] = (opdiff_format, msprobe, tfdbg, ge, torchair_fx, npy_dir)  # npy_dir last: it takes any .npy tree
 
 
 def reader_names() -> list[str]:
