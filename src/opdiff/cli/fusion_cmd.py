@@ -7,6 +7,7 @@ fault is named when the bisection finds it), 2 bad input. See docs/fusion.md.
 from __future__ import annotations
 
 import click
+from rich.console import Console
 
 from ..base.errors import OpdiffError
 
@@ -82,12 +83,13 @@ def fusion_group() -> None:
 def fusion_onnx_cmd(model, inputs, opt_level, disabled, session_config, out, preset, force):
     """ORT: MODEL with optimization off (golden) against OPT_LEVEL (target); bisect the transformers that fired."""
     _need_onnxruntime()
+    from .. import report
     from ..capture.onnxruntime import parse_config
     from ..fusion.ort import fusion_onnx
 
     res = fusion_onnx(model, inputs, out, opt_level=opt_level, disabled=list(disabled),
                       session_config=parse_config(session_config), thresholds=preset, force=force)
-    _print(res)
+    report.render(res, Console(width=160))
     return 0 if res.agrees else 1
 
 
@@ -101,20 +103,14 @@ def fusion_onnx_cmd(model, inputs, opt_level, disabled, session_config, out, pre
 def fusion_torch_cmd(entry, out, regions, preset, force):
     """Eager (golden) against torch.compile/Inductor (target) of the (model, inputs) ENTRY builds
     (MODULE:FUNCTION or SCRIPT.py:FUNCTION); bisect the regions, then Inductor's switches."""
+    from .. import report
     from ..capture.entry import load_entry
     from ..fusion.inductor import fusion_torch
 
     model, inputs = load_entry(entry)
     paths = regions if regions == "children" else [p.strip() for p in regions.split(",") if p.strip()]
     res = fusion_torch(model, inputs, out, regions=paths, thresholds=preset, force=force)
-    obs = res.extra["observed"]
-    ran = ", ".join(f"{r} ({v['graphs']} graph, {v['compiled_calls']} calls)" for r, v in obs["compiled_regions"].items())
-    click.echo(f"compiled regions: {ran}; graph breaks: {len(obs['graph_breaks'])}")
-    if res.extra.get("culprit_regions"):
-        click.echo(f"region at fault: {', '.join(res.extra['culprit_regions'])}")
-    _print(res)
-    if "cost" in res.extra:
-        click.echo(f"total bisection cost: {res.extra['cost']['runs']} runs, {res.extra['cost']['seconds']:.1f} s")
+    report.render(res, Console(width=160))
     return 0 if res.agrees else 1
 
 
@@ -127,48 +123,17 @@ def fusion_torch_cmd(entry, out, regions, preset, force):
 def fusion_ge_cmd(golden, target, preset, as_json, allow_partial):
     """Ascend GE: the fused run TARGET (GE dump + graph JSON) against GOLDEN (fusion-off GE dump, or the
     framework's .npy dump); name the first fused op that breaks and the golden ops it replaced."""
-    import json
-
+    from .. import report
     from ..fusion.ge import fusion_ge
     from .common import open_dump
 
     res = fusion_ge(open_dump(golden, None, None, allow_partial), open_dump(target, None, None, allow_partial),
                     thresholds=preset)
     if as_json:
-        click.echo(json.dumps(res.to_json(), indent=1))
+        click.echo(report.text(res))
     else:
-        counts: dict[str, int] = {}
-        for f in res.fused:
-            counts[f.result] = counts.get(f.result, 0) + 1
-        click.echo(f"{len(res.fused)} fused ops: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-        first = res.first_broken
-        if first is not None:
-            click.echo(f"first fused op to break: {first.node} (rank {first.rank}, step {first.step}), standing for "
-                       f"{', '.join(first.golden_ops)}")
-        click.echo(f"diagnosis: {res.diagnosis.verdict}: {res.diagnosis.summary}")
+        report.render(res, Console(width=160))
     return 1 if res.first_broken is not None or res.diagnosis.verdict not in ("pass", "drift") else 0
-
-
-def _print(res) -> None:
-    c = res.counts
-    click.echo(f"fused vs unfused at shared cut points: {c.get('PASS', 0)} pass, {c.get('WARNING', 0)} warning, "
-               f"{c.get('FAIL', 0)} fail")
-    if res.agrees:
-        click.echo("fusion OK: the fused run agrees with the unfused one")
-    else:
-        click.echo(f"diverges first at {res.first_fail}")
-        b = res.bisection
-        if b is not None and res.culprits:
-            click.echo(f"pass at fault: {', '.join(res.culprits)}"
-                       + (" (turning it off restores agreement)" if res.restored else " (turning it off does not restore agreement)"))
-            for node, orig in res.fused_nodes.items():
-                click.echo(f"  made {node} from {', '.join(orig)}")
-            click.echo(f"switch file: {res.out / 'switches.json'}")
-        elif b is not None:
-            click.echo("turning off every pass that fired does not restore agreement: not a fusion problem")
-        if b is not None:
-            click.echo(f"bisection: {len(b.switches)} switches, {len(b.runs)} runs, {b.seconds:.1f} s")
-    click.echo(f"total {res.seconds:.1f} s; reports in {res.out}")
 
 
 def register(cli: click.Group) -> None:

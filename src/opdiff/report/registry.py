@@ -17,7 +17,7 @@ from rich.console import Console
 from ..base.errors import OpdiffError
 from ..base.jsonsafe import dumps
 from ..base.outdir import write_atomic
-from . import diagnosis, hunt
+from . import diagnosis, fusion, hunt
 from .console import print_summary
 from .csv import write_csv
 from .explorer import write_overlays
@@ -32,6 +32,7 @@ DIAGNOSIS = "opdiff.diagnose.verdict.Diagnosis"
 REPLAY = "opdiff.replay.result.ReplayResult"
 HUNT = "opdiff.hunting.run.HuntResult"
 FUSION = "opdiff.fusion.ort.FusionResult"
+GE_FUSION = "opdiff.fusion.ge.GeFusionResult"
 CONSOLE = "console"
 FOLDERS = frozenset({"model-explorer"})  # formats written as a folder of files
 
@@ -66,6 +67,9 @@ WRITERS: dict[tuple[str, str], Writer] = {
     (HUNT, "json"): write_result_json,
     (HUNT, CONSOLE): hunt.render,
     (FUSION, "json"): write_result_json,
+    (FUSION, CONSOLE): fusion.render,
+    (GE_FUSION, "json"): write_result_json,
+    (GE_FUSION, CONSOLE): fusion.render_ge,
 }
 
 
