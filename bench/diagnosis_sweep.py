@@ -43,6 +43,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1, help="worker processes")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per case")
     ap.add_argument("--limit", type=int, help="run at most this many cases (after selection)")
+    ap.add_argument("--shuffle", type=int, metavar="SEED", help="run the cases in a seeded random order (a cut-off run is a fair sample)")
     ap.add_argument("--report-only", action="store_true", help="tabulate the cases already in --out, run nothing")
     args = ap.parse_args()
 
@@ -55,6 +56,10 @@ def main() -> int:
     levels = _pick(args.levels, runner.LEVELS, "level")
     precisions = _pick(args.precisions, runner.PRECISIONS, "precision")
     todo = runner.cases(names, klasses, levels, precisions)
+    if args.shuffle is not None:
+        import random
+
+        random.Random(args.shuffle).shuffle(todo)
     if args.limit:
         todo = todo[: args.limit]
     t0 = time.perf_counter()

@@ -148,7 +148,10 @@ def _inputs(kind: str, gen, cfg) -> dict[str, Any]:
         mask[1, -3:] = 0  # padding, so that a mask fault changes something
         return {"input_ids": x, "attention_mask": mask}
     if kind == "seq2seq":
-        return {"input_ids": ids(SEQ), "decoder_input_ids": ids(SEQ // 2)}
+        x = ids(SEQ)
+        mask = torch.ones_like(x)
+        mask[1, -3:] = 0
+        return {"input_ids": x, "attention_mask": mask, "decoder_input_ids": ids(SEQ // 2)}
     if kind == "image":
         return {"pixel_values": torch.randn(BATCH, 3, IMAGE, IMAGE, generator=gen)}
     if kind == "wave":

@@ -102,8 +102,11 @@ def prepare(case: Case):
     else:
         with torch.no_grad():
             g = archs.output_tensor(golden(**inputs))
-            with planted.running():
-                t = archs.output_tensor(target(**t_inputs))
+            try:
+                with planted.running():
+                    t = archs.output_tensor(target(**t_inputs))
+            except RuntimeError as exc:  # the model's own code cannot run this way (e.g. under bf16 autocast)
+                raise ValueError(f"the target cannot run so: {str(exc).splitlines()[0][:200]}") from None
         proof = oracle.prove_benign(g, t, dtype)
     return golden, inputs, target, t_inputs, planted, proof
 
@@ -119,6 +122,8 @@ def run(case: Case, work: Path) -> dict[str, Any]:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     rec: dict[str, Any] = {**asdict(case), "id": case.id, "kind": catalog.CLASSES[case.klass].kind}
+    if rec["kind"] == "training":
+        return {**run_training(case, work), **rec, "seconds": time.perf_counter() - t0}
     try:
         golden, inputs, target, t_inputs, planted, proof = prepare(case)
     except (ValueError, archs.Unbuildable) as exc:
@@ -143,6 +148,44 @@ def run(case: Case, work: Path) -> dict[str, Any]:
     rec["grade"] = grade.grade(rec["kind"], planted.culprits, planted.expect, d.verdict, culprit)
     rec["disagree"] = rec["compare_passed"] != rec["diagnose_passed"]
     rec["seconds"] = time.perf_counter() - t0
+    return rec
+
+
+def run_training(case: Case, work: Path) -> dict[str, Any]:
+    """A training class: prove, capture both runs' steps (forward, backward, update), diagnose, grade."""
+    from ...base.errors import OpdiffError
+    from ...capture import capture
+    from ...compare import compare
+    from ...diagnose import diagnose
+    from . import training
+
+    try:
+        g, truth = training.setup(case.klass, case.arch, "golden")
+        proof = training.prove(case.klass, case.arch, truth)
+    except (ValueError, archs.Unbuildable) as exc:
+        return {"grade": grade.NOT_APPLICABLE, "reason": str(exc)[:300]}
+    rec: dict[str, Any] = {"culprits": list(truth.culprits), "description": truth.description, "expect": list(truth.expect),
+                           "truth_step": truth.step, "truth_direction": truth.direction,
+                           "oracle": {"valid": proof.valid, "effect_units": proof.effect, "detail": proof.detail}}
+    if not proof.valid:
+        return {**rec, "grade": grade.INVALID}
+    t, _ = training.setup(case.klass, case.arch, "target")
+    try:
+        for s, name in ((g, "golden"), (t, "target")):
+            with capture(s.model, work / name, level=case.level, mode="tensor", backward=True, optimizer=s.optimizer) as cap:
+                training.train(s, cap)
+        # as the two commands do: `opdiff compare` compares the first step, `opdiff diagnose` every step
+        cmp = compare(str(work / "golden"), str(work / "target"), workers=1)
+        d = diagnose(str(work / "golden"), str(work / "target"), replay=False, workers=1)
+    except (OpdiffError, RuntimeError, ValueError, TypeError) as exc:
+        return {**rec, "grade": grade.ERROR, "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    c = d.culprit
+    rec.update(verdict=d.verdict, culprit=c["module"] if c is not None else None, summary=d.summary[:400],
+               step=c["step"] if c is not None else None, direction=c["direction"] if c is not None else None,
+               compare_passed=cmp.passed(), diagnose_passed=d.exit_code == 0)
+    rec["grade"] = grade.grade_training(truth.step, truth.direction, truth.culprits, truth.expect, d.verdict, rec["step"],
+                                        rec["direction"], rec["culprit"])
+    rec["disagree"] = rec["compare_passed"] != rec["diagnose_passed"]
     return rec
 
 

@@ -46,12 +46,50 @@ class Klass:
 
 
 def _attn(model, block: str) -> tuple[str, Any]:
-    """The block's attention module: the first one holding q/k/v projections."""
+    """The block's attention module: the first one holding q/k/v projections, else the first `*Attention*` with Linears."""
     for path, m in F._inside(model, block):
         names = set(m._modules)
         if names & {"q_proj", "query", "q", "q_lin"} and names & {"k_proj", "key", "k", "k_lin"}:
             return path, m
+    for path, m in F._inside(model, block):
+        if "attention" in type(m).__name__.lower() and any(F._is_linear(c) for c in m.children()):
+            return path, m
     return F._attention(model, block)
+
+
+def _called(model, inputs: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """id(module) -> the keyword arguments of its first call, in a plain forward of `model` (a probe run)."""
+    import torch
+
+    seen: dict[int, dict[str, Any]] = {}
+
+    def pre(m, args, kwargs):
+        seen.setdefault(id(m), kwargs)
+
+    hooks = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in model.modules()]
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def _unshared(model, path: str) -> None:
+    """ValueError when the module at `path` is registered under several paths (a tied table): its name is ambiguous."""
+    mod = model.get_submodule(path)
+    if sum(m is mod for _, m in model.named_modules(remove_duplicate=False)) > 1:
+        raise ValueError(f"{path} is registered under several paths (shared)")
+
+
+def _mlp_linear(model, block: str) -> tuple[str, Any]:
+    """The block's feed-forward up-projection: inside its MLP module, else its first widening Linear (OPT's fc1)."""
+    try:
+        return F._mlp_linear(model, block)
+    except ValueError:
+        return F._first(model, block, lambda p, m: F._is_linear(m) and hasattr(m, "out_features")
+                        and m.out_features > m.in_features and "attn" not in p and "attention" not in p, "feed-forward Linear")
 
 
 def _qk(attn) -> tuple[str, str]:
@@ -130,6 +168,8 @@ def _transposed(model, inputs, block):
 def _mask_hook(change: Callable[[Any], Any], what: str):
     def plant(model, inputs, block):
         path, attn = _attn(model, block)
+        if _called(model, inputs).get(id(attn), {}).get("attention_mask") is None:
+            raise ValueError(f"{path}: no attention mask reaches it (as a keyword)")
 
         def pre(mod, args, kwargs):
             mask = kwargs.get("attention_mask")
@@ -209,10 +249,31 @@ def _inplace(model, inputs, block):
     return Planted((path,), f"{path}: scales its input in place (x.mul_(0.99)) after normalising it")
 
 
+def _weight_row(model, inputs, block):
+    import torch
+
+    path, lin = _mlp_linear(model, block)
+    with torch.no_grad():
+        if type(lin).__name__ == "Conv1D":
+            lin.weight[:, 3] *= 1.01  # Conv1D stores (in, out)
+        else:
+            lin.weight[3] *= 1.01
+    return Planted((path,), f"{type(lin).__name__} {path}: output row 3 of its weight scaled by 1.01")
+
+
+def _bf16_input(model, inputs, block):
+    import torch
+
+    path, lin = _mlp_linear(model, block)
+    forward = lin.forward
+    lin.forward = lambda x, *a, **k: forward(x.to(torch.bfloat16).to(x.dtype), *a, **k)
+    return Planted((path,), f"{type(lin).__name__} {path}: fed a bf16-rounded copy of its input")
+
+
 def _fake_quant(model, inputs, block):
     import torch
 
-    path, lin = F._mlp_linear(model, block)
+    path, lin = _mlp_linear(model, block)
     forward = lin.forward
     weight = lin.weight
 
@@ -249,6 +310,19 @@ def _fp16_overflow(model, inputs, block):
     return Planted((path,), f"{path}: its own code scales its output by 1e5 in fp16 (overflows), then back", expect=("overflow",))
 
 
+def _dropout_on(model, inputs, block):
+    import torch
+
+    called = _called(model, inputs)
+    drops = [(p, m) for p, m in F._inside(model, block) if isinstance(m, torch.nn.Dropout) and id(m) in called]
+    if not drops:
+        raise ValueError(f"{type(model).__name__}: no Dropout module called inside {block}")
+    path, drop = drops[-1]
+    drop.p = 0.1
+    drop.train()
+    return Planted((path,), f"Dropout {path}: left in training mode with p=0.1")
+
+
 def _rope(model, inputs, block):
     culprit, what = F._rope_base(model, inputs, block)
     return Planted((culprit,), what + " (a producer every layer reads)")
@@ -261,6 +335,7 @@ def _embedding(model, inputs, block):
     path, emb = F._first(model, "", lambda p, m: isinstance(m, torch.nn.Embedding), "Embedding")
     if ids is None:
         raise ValueError("no input_ids")
+    _unshared(model, path)
     with torch.no_grad():
         emb.weight.mul_(1.01)  # shared with an untied-or-tied head: the embedding itself is where it enters
     return Planted((path,), f"Embedding {path}: table scaled by 1.01 (a producer every layer reads)")
@@ -270,6 +345,8 @@ def _causal_flag(model, inputs, block):
     path, attn = _attn(model, block)
     if not getattr(attn, "is_causal", False):
         raise ValueError(f"{path}: not causal")
+    if _called(model, inputs).get(id(attn), {}).get("attention_mask") is None:
+        raise ValueError(f"{path}: no attention mask reaches it (as a keyword)")
 
     def pre(mod, args, kwargs):
         mask = kwargs.get("attention_mask")
@@ -332,10 +409,14 @@ def _compiled(model, inputs, block):
     return Planted((), "target run by torch.compile (Inductor)", ("pass", "drift"), compile=True)
 
 
+def _training_only(model, inputs, block):
+    raise ValueError("a training class: run by sweep.training, not planted into a forward")
+
+
 CLASSES: dict[str, Klass] = {k.name: k for k in [
     Klass("norm_eps", "fault", "a norm's epsilon x10", _wrap(F._norm_eps)),
     Klass("activation", "fault", "an activation swapped for a variant", _wrap(F._activation)),
-    Klass("weight_row", "fault", "one weight row scaled by 1.01", _wrap(F._weight_row)),
+    Klass("weight_row", "fault", "one weight row scaled by 1.01", _weight_row),
     Klass("swap_qk", "fault", "q and k projection weights swapped (two culprits)", _swap_qk),
     Klass("transposed", "fault", "a square weight loaded transposed", _transposed),
     Klass("rope_base", "fault", "rotary frequencies x1.01 (shared producer)", _rope),
@@ -345,11 +426,11 @@ CLASSES: dict[str, Klass] = {k.name: k for k in [
     Klass("causal_flag", "fault", "causal mask flipped at one attention", _causal_flag),
     Klass("gqa_mapping", "fault", "GQA heads tiled instead of grouped", _gqa_mapping),
     Klass("router_order", "fault", "MoE router rows in another expert order", _router_order),
-    Klass("dropout_on", "fault", "a dropout left in training mode", _wrap(F._dropout_on)),
+    Klass("dropout_on", "fault", "a dropout left in training mode", _dropout_on),
     Klass("residual_doubled", "fault", "a block adds its residual twice", _residual_doubled),
     Klass("inplace", "fault", "a norm scales its input in place", _inplace),
     Klass("embedding", "fault", "embedding table x1.01 (shared producer)", _embedding),
-    Klass("bf16_input", "fault", "a Linear fed a bf16-rounded input", _wrap(F._linear_bf16_input)),
+    Klass("bf16_input", "fault", "a Linear fed a bf16-rounded input", _bf16_input),
     Klass("fake_quant", "fault", "int8 fake quantisation inside one Linear", _fake_quant),
     Klass("fp16_overflow", "fault", "a parent's own fp16 code overflows", _fp16_overflow),
     Klass("identical", "benign", "the same model twice", _same),
@@ -359,6 +440,13 @@ CLASSES: dict[str, Klass] = {k.name: k for k in [
     Klass("autocast", "benign", "bf16 autocast", _autocast),
     Klass("sdpa", "benign", "SDPA instead of eager attention", _sdpa),
     Klass("compiled", "benign", "torch.compile (Inductor)", _compiled),
+    *[Klass(name, "training", summary, _training_only) for name, summary in (
+        ("train_backward", "a custom autograd backward 2 % off (forward exact)"),
+        ("train_lr_group", "one param group's learning rate x1.1"),
+        ("train_eps_group", "one param group's AdamW eps 1e-8 -> 1e-5"),
+        ("train_wd_group", "one param group's weight decay 0.01 -> 0.1"),
+        ("train_from_step", "a norm's eps changed from step 1 on"),
+        ("train_loss_scale", "the loss scaled by 1.1 and never unscaled"))],
 ]}
 
 

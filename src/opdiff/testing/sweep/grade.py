@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-EXACT, NEAR, WRONG, MISSED = "exact", "near", "wrong-module", "missed"
+EXACT, NEAR, WRONG, MISSED, WRONG_STEP = "exact", "near", "wrong-module", "missed", "wrong-step"
 BENIGN_OK, FALSE_FAULT, INCONCLUSIVE = "benign-ok", "false-fault", "inconclusive"
 INVALID, ERROR, NOT_APPLICABLE, TIMEOUT = "invalid-injection", "error", "n/a", "timeout"
-FAULT_GRADES = (EXACT, NEAR, WRONG, MISSED, INCONCLUSIVE)
+FAULT_GRADES = (EXACT, NEAR, WRONG, WRONG_STEP, MISSED, INCONCLUSIVE)
 BENIGN_GRADES = (BENIGN_OK, FALSE_FAULT, INCONCLUSIVE)
 OTHER = (INVALID, ERROR, TIMEOUT)
-GRADED = (EXACT, NEAR, WRONG, MISSED, BENIGN_OK, FALSE_FAULT, INCONCLUSIVE)
+GRADED = (EXACT, NEAR, WRONG, WRONG_STEP, MISSED, BENIGN_OK, FALSE_FAULT, INCONCLUSIVE)
 
 
 def related(a: str, b: str) -> bool:
@@ -31,3 +31,20 @@ def grade(kind: str, culprits: tuple[str, ...], expect: tuple[str, ...], verdict
     if any(related(culprit, c) for c in culprits):
         return NEAR
     return WRONG
+
+
+def grade_training(truth_step: int, truth_direction: str, culprits: tuple[str, ...], expect: tuple[str, ...], verdict: str,
+                   step: int | None, direction: str | None, culprit: str | None) -> str:
+    """A training fault: the step and direction must match, then the module (any, for an optimizer group).
+    `inputs-differ`, where expected (a change outside the model), has no culprit to check."""
+    if verdict == "inconclusive":
+        return INCONCLUSIVE
+    if verdict in ("pass", "drift"):
+        return MISSED
+    if verdict == "inputs-differ":
+        return EXACT if verdict in expect else WRONG
+    if (step, direction) != (truth_step, truth_direction):
+        return WRONG_STEP
+    if not culprits:
+        return EXACT
+    return grade("fault", culprits, ("fault",), verdict, culprit)

@@ -110,7 +110,10 @@ def prove_fault(clean, faulty, culprits: tuple[str, ...], inputs: dict[str, Any]
         with torch.no_grad():
             args, kwargs, out = _first_call(clean, path, lambda: clean(**inputs))
             a2, k2 = _clone(args), _clone(kwargs)
-            got = faulty.get_submodule(path)(*a2, **k2)
+            try:
+                got = faulty.get_submodule(path)(*a2, **k2)
+            except (RuntimeError, TypeError) as exc:  # the planted change breaks the module: not a fault to diagnose
+                raise ValueError(f"{path} cannot run with the change: {type(exc).__name__}: {str(exc)[:150]}") from None
         effects.append(max(rel(out, got), rel((args, kwargs), (a2, k2))) / unit(dtype))
     worst = min(effects) if effects else 0.0
     ok = worst > FAULT_UNITS

@@ -34,6 +34,8 @@ def cases(archs: Iterable[str], klasses: Iterable[str], levels: Iterable[str] = 
                         continue  # dtype-changing benign classes are defined against an fp32 target only
                     if CLASSES[k].name == "compiled" and lv != "module":
                         continue
+                    if CLASSES[k].kind == "training" and p != "fp32":
+                        continue  # training classes run in fp32
                     out.append(Case(a, k, lv, p))
     return out
 

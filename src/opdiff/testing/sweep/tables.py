@@ -7,7 +7,7 @@ from typing import Any
 
 from . import grade as G
 
-COLUMNS = (G.EXACT, G.NEAR, G.WRONG, G.MISSED, G.INCONCLUSIVE, G.BENIGN_OK, G.FALSE_FAULT, G.INVALID, G.ERROR, G.TIMEOUT)
+COLUMNS = (G.EXACT, G.NEAR, G.WRONG, G.WRONG_STEP, G.MISSED, G.INCONCLUSIVE, G.BENIGN_OK, G.FALSE_FAULT, G.INVALID, G.ERROR, G.TIMEOUT)
 
 
 def confusion(recs: list[dict[str, Any]], key: str) -> dict[str, Counter[str]]:
@@ -23,7 +23,7 @@ def summary(recs: list[dict[str, Any]]) -> dict[str, Any]:
     """The headline figures: exact rate on valid faults per level, benign failures, compare/diagnose disagreements."""
     out: dict[str, Any] = {}
     for level in sorted({r["level"] for r in recs}):
-        f = [r for r in recs if r["level"] == level and r.get("kind") == "fault" and r["grade"] in G.FAULT_GRADES]
+        f = [r for r in recs if r["level"] == level and r.get("kind") in ("fault", "training") and r["grade"] in G.FAULT_GRADES]
         b = [r for r in recs if r["level"] == level and r.get("kind") == "benign" and r["grade"] in G.BENIGN_GRADES]
         out[level] = {"faults": len(f), "exact": sum(r["grade"] == G.EXACT for r in f),
                       "exact_rate": round(sum(r["grade"] == G.EXACT for r in f) / len(f), 4) if f else None,
@@ -39,13 +39,13 @@ def render(table: dict[str, Counter[str]], title: str) -> str:
     lines = [f"{title:<{width}}  " + "  ".join(f"{c:>12}" for c in cols) + f"  {'exact%':>7}"]
     for k in sorted(table):
         t = table[k]
-        graded = sum(t[c] for c in (G.EXACT, G.NEAR, G.WRONG, G.MISSED)) + (t[G.INCONCLUSIVE] if t[G.BENIGN_OK] + t[G.FALSE_FAULT] == 0 else 0)
+        graded = sum(t[c] for c in (G.EXACT, G.NEAR, G.WRONG, G.WRONG_STEP, G.MISSED)) + (t[G.INCONCLUSIVE] if t[G.BENIGN_OK] + t[G.FALSE_FAULT] == 0 else 0)
         pct = f"{100 * t[G.EXACT] / graded:6.1f}%" if graded else "      -"
         lines.append(f"{k:<{width}}  " + "  ".join(f"{t[c]:>12}" for c in cols) + f"  {pct:>7}")
     return "\n".join(lines)
 
 
-_BAD = {G.MISSED: 0, G.FALSE_FAULT: 0, G.WRONG: 1, G.INCONCLUSIVE: 2, G.ERROR: 3, G.TIMEOUT: 3, G.NEAR: 4}
+_BAD = {G.MISSED: 0, G.FALSE_FAULT: 0, G.WRONG: 1, G.WRONG_STEP: 1, G.INCONCLUSIVE: 2, G.ERROR: 3, G.TIMEOUT: 3, G.NEAR: 4}
 
 
 def worst(recs: list[dict[str, Any]], n: int = 15) -> list[dict[str, Any]]:
