@@ -74,6 +74,11 @@ def test_grades():
     assert g("fault", ("a.b",), ("fault",), "inconclusive", None) == grade.INCONCLUSIVE
     assert g("benign", (), ("pass", "drift"), "fault", "x") == grade.FALSE_FAULT
     assert g("benign", (), ("pass", "drift"), "drift", None) == grade.BENIGN_OK
+    t = grade.grade_training
+    assert t(1, "forward", ("a.b",), ("fault",), "fault", 1, "forward", "a.b") == grade.EXACT
+    assert t(1, "forward", ("a.b",), ("fault",), "fault", 0, "forward", "a.b") == grade.WRONG_STEP
+    assert t(0, "update", (), ("fault",), "fault", 0, "update", "x.y") == grade.EXACT  # an optimizer group: any module
+    assert t(0, "backward", ("",), ("fault",), "inputs-differ", None, None, None) == grade.WRONG
 
 
 def test_tables_and_resume(tmp_path, slice_records):

@@ -123,7 +123,12 @@ def mlp(model, block: str) -> tuple[str, Any]:
 
 
 def _mlp_linear(model, block: str) -> tuple[str, Any]:
-    path, _ = mlp(model, block)
+    """The feed-forward part's first Linear; in a block without an MLP module (OPT, BART), its first widening Linear."""
+    try:
+        path, _ = mlp(model, block)
+    except ValueError:
+        return _first(model, block, lambda p, m: _is_linear(m) and hasattr(m, "out_features") and m.out_features > m.in_features
+                      and "attn" not in p and "attention" not in p, "feed-forward Linear")
     return _first(model, path, lambda p, m: _is_linear(m), "Linear")
 
 

@@ -66,13 +66,10 @@ def _called(model, inputs: dict[str, Any]) -> dict[int, dict[str, Any]]:
     def pre(m, args, kwargs):
         seen.setdefault(id(m), kwargs)
 
-    hooks = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in model.modules()]
-    try:
-        with torch.no_grad():
-            model(**inputs)
-    finally:
-        for h in hooks:
-            h.remove()
+    with contextlib.ExitStack() as stack, torch.no_grad():
+        for m in model.modules():
+            stack.callback(m.register_forward_pre_hook(pre, with_kwargs=True).remove)
+        model(**inputs)
     return seen
 
 
@@ -81,15 +78,6 @@ def _unshared(model, path: str) -> None:
     mod = model.get_submodule(path)
     if sum(m is mod for _, m in model.named_modules(remove_duplicate=False)) > 1:
         raise ValueError(f"{path} is registered under several paths (shared)")
-
-
-def _mlp_linear(model, block: str) -> tuple[str, Any]:
-    """The block's feed-forward up-projection: inside its MLP module, else its first widening Linear (OPT's fc1)."""
-    try:
-        return F._mlp_linear(model, block)
-    except ValueError:
-        return F._first(model, block, lambda p, m: F._is_linear(m) and hasattr(m, "out_features")
-                        and m.out_features > m.in_features and "attn" not in p and "attention" not in p, "feed-forward Linear")
 
 
 def _qk(attn) -> tuple[str, str]:
@@ -249,31 +237,10 @@ def _inplace(model, inputs, block):
     return Planted((path,), f"{path}: scales its input in place (x.mul_(0.99)) after normalising it")
 
 
-def _weight_row(model, inputs, block):
-    import torch
-
-    path, lin = _mlp_linear(model, block)
-    with torch.no_grad():
-        if type(lin).__name__ == "Conv1D":
-            lin.weight[:, 3] *= 1.01  # Conv1D stores (in, out)
-        else:
-            lin.weight[3] *= 1.01
-    return Planted((path,), f"{type(lin).__name__} {path}: output row 3 of its weight scaled by 1.01")
-
-
-def _bf16_input(model, inputs, block):
-    import torch
-
-    path, lin = _mlp_linear(model, block)
-    forward = lin.forward
-    lin.forward = lambda x, *a, **k: forward(x.to(torch.bfloat16).to(x.dtype), *a, **k)
-    return Planted((path,), f"{type(lin).__name__} {path}: fed a bf16-rounded copy of its input")
-
-
 def _fake_quant(model, inputs, block):
     import torch
 
-    path, lin = _mlp_linear(model, block)
+    path, lin = F._mlp_linear(model, block)
     forward = lin.forward
     weight = lin.weight
 
@@ -416,7 +383,7 @@ def _training_only(model, inputs, block):
 CLASSES: dict[str, Klass] = {k.name: k for k in [
     Klass("norm_eps", "fault", "a norm's epsilon x10", _wrap(F._norm_eps)),
     Klass("activation", "fault", "an activation swapped for a variant", _wrap(F._activation)),
-    Klass("weight_row", "fault", "one weight row scaled by 1.01", _weight_row),
+    Klass("weight_row", "fault", "one weight row scaled by 1.01", _wrap(F._weight_row)),
     Klass("swap_qk", "fault", "q and k projection weights swapped (two culprits)", _swap_qk),
     Klass("transposed", "fault", "a square weight loaded transposed", _transposed),
     Klass("rope_base", "fault", "rotary frequencies x1.01 (shared producer)", _rope),
@@ -430,7 +397,7 @@ CLASSES: dict[str, Klass] = {k.name: k for k in [
     Klass("residual_doubled", "fault", "a block adds its residual twice", _residual_doubled),
     Klass("inplace", "fault", "a norm scales its input in place", _inplace),
     Klass("embedding", "fault", "embedding table x1.01 (shared producer)", _embedding),
-    Klass("bf16_input", "fault", "a Linear fed a bf16-rounded input", _bf16_input),
+    Klass("bf16_input", "fault", "a Linear fed a bf16-rounded input", _wrap(F._linear_bf16_input)),
     Klass("fake_quant", "fault", "int8 fake quantisation inside one Linear", _fake_quant),
     Klass("fp16_overflow", "fault", "a parent's own fp16 code overflows", _fp16_overflow),
     Klass("identical", "benign", "the same model twice", _same),
