@@ -13,14 +13,15 @@ pytest.importorskip("transformers")
 from opdiff.testing.sweep import archs, catalog, grade, oracle, runner, tables
 from opdiff.testing.sweep.case import Case, result_path, run
 
-SLICE = [("gpt2", "norm_eps"), ("gpt2", "weight_row"), ("gpt2", "identical"),
-         ("bert", "swap_qk"), ("bert", "activation"), ("bert", "threads")]
+SLICE = [("gpt2", "norm_eps"), ("gpt2", "weight_row"), ("gpt2", "identical"), ("gpt2", "train_backward"),
+         ("bert", "swap_qk"), ("bert", "activation"), ("bert", "threads"), ("llama", "gqa_mapping")]
+LEVEL = {"gqa_mapping": "aten"}  # the rest at module level
 
 
 @pytest.fixture(scope="module")
 def slice_records(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
-    return {(a, k): run(Case(a, k, "module", "fp32"), root / f"{a}-{k}") for a, k in SLICE}
+    return {(a, k): run(Case(a, k, LEVEL.get(k, "module"), "fp32"), root / f"{a}-{k}") for a, k in SLICE}
 
 
 def test_catalogs_are_large_enough():
@@ -34,7 +35,9 @@ def test_catalogs_are_large_enough():
 def test_slice_case_is_proved_and_graded(arch, klass, slice_records):
     rec = slice_records[(arch, klass)]
     assert rec["oracle"]["valid"], rec["oracle"]
-    if rec["kind"] == "fault":
+    if rec["kind"] == "training":
+        assert (rec["grade"], rec["step"], rec["direction"]) == (grade.EXACT, 0, "backward"), rec
+    elif rec["kind"] == "fault":
         assert rec["oracle"]["effect_units"] > oracle.FAULT_UNITS
         assert rec["grade"] == grade.EXACT, rec  # today's diagnose gets these right at module level
         assert rec["culprit"] in rec["culprits"]
@@ -85,7 +88,8 @@ def test_tables_and_resume(tmp_path, slice_records):
     recs = list(slice_records.values())
     text = tables.render(tables.confusion(recs, "klass"), "class")
     assert "norm_eps" in text and "exact" in text
-    assert tables.summary(recs)["module"]["faults"] == 4
+    assert tables.summary(recs)["module"]["faults"] == 5  # the training fault counts with the faults
+    assert tables.summary(recs)["aten"]["exact"] == 1
     # resumable: a case whose JSON is in OUT/cases is read back, not run again (no worker is started)
     case = Case("gpt2", "norm_eps", "module", "fp32")
     path = result_path(tmp_path, case)
