@@ -12,7 +12,6 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +83,16 @@ def _run_one(case: Case, out: str, timeout: int) -> dict[str, Any]:
     return rec
 
 
+def _run_star(job: tuple[Case, str, int]) -> dict[str, Any]:
+    """Pool side: run one case; a crash of the case is its record, never the pool's."""
+    c, out, timeout = job
+    try:
+        return _run_one(c, out, timeout)
+    except BaseException as exc:  # even SystemExit from a model's code: the sweep goes on
+        return {"id": c.id, "arch": c.arch, "klass": c.klass, "level": c.level, "precision": c.precision,
+                "grade": grade.ERROR, "reason": f"{type(exc).__name__}: {exc}"[:300], "command": c.command(out)}
+
+
 def _init_worker(threads: int) -> None:
     import torch
 
@@ -105,18 +114,10 @@ def run(todo: list[Case], out: str, *, workers: int = 1, timeout: int = 300,
         else:
             pending.append(c)
     if pending:
-        ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(1,),
-                                 max_tasks_per_child=40) as ex:
-            futs = {ex.submit(_run_one, c, out, timeout): c for c in pending}
-            for i, f in enumerate(as_completed(futs), 1):
-                c = futs[f]
-                try:
-                    rec = f.result()
-                except Exception as exc:  # a worker that died (memory, signal)
-                    rec = {"id": c.id, "arch": c.arch, "klass": c.klass, "level": c.level, "precision": c.precision,
-                           "grade": grade.ERROR, "reason": f"worker died: {type(exc).__name__}: {exc}"[:300],
-                           "command": c.command(out)}
+        # multiprocessing.Pool, not ProcessPoolExecutor: the latter hangs once a worker retires after
+        # max_tasks_per_child tasks (seen with Python 3.11); a fresh worker every 40 cases bounds leaks
+        with mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(1,), maxtasksperchild=40) as pool:
+            for i, rec in enumerate(pool.imap_unordered(_run_star, [(c, out, timeout) for c in pending]), 1):
                 done.append(rec)
                 if progress:
                     progress(rec, i, len(pending))
