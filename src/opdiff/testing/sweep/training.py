@@ -115,7 +115,11 @@ def loss_of(out) -> Any:
 
 
 def train(s: Setup, cap: Any = None, steps: int = STEPS, watch: Callable[[int, Setup], None] | None = None) -> None:
-    """`steps` optimizer steps; `cap` (an opdiff capture session) is told of each step; `watch` sees each."""
+    """`steps` optimizer steps; `cap` (an opdiff capture session) is told of each step; `watch` sees each.
+    Seeded, so that layer drop and SpecAugment masks draw the same in golden and target."""
+    import torch
+
+    torch.manual_seed(1234)
     for k in range(steps):
         if s.before_step is not None:
             s.before_step(k)
