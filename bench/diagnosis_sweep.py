@@ -94,7 +94,8 @@ def report(recs, out: str, wall: float) -> None:
     print("\nworst cases:")
     for r in tables.worst(recs):
         print(f"  {r['grade']:<14} {r['id']}: verdict {r.get('verdict')}, culprit {r.get('culprit')!r}, "
-              f"truth {r.get('culprits')}{' (compare/diagnose disagree)' if r.get('disagree') else ''}")
+              f"truth {r.get('culprits')}, planted change {tables._effect(r):.3g} u"
+              f"{' (compare/diagnose disagree)' if r.get('disagree') else ''}")
         if r.get("reason"):
             print(f"      reason: {r['reason'][:200]}")
         print(f"      {r.get('command') or ''}")

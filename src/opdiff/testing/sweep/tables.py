@@ -10,13 +10,24 @@ from . import grade as G
 COLUMNS = (G.EXACT, G.NEAR, G.WRONG, G.WRONG_STEP, G.MISSED, G.INCONCLUSIVE, G.BENIGN_OK, G.FALSE_FAULT, G.INVALID, G.ERROR, G.TIMEOUT)
 
 
+DISAGREE = "cmp!=diag"  # compare and diagnose give opposite pass/fail on the same dumps
+
+
 def confusion(recs: list[dict[str, Any]], key: str) -> dict[str, Counter[str]]:
-    """key value -> Counter of grades (n/a cases left out)."""
+    """key value -> Counter of grades, plus DISAGREE (n/a cases left out)."""
     out: dict[str, Counter[str]] = defaultdict(Counter)
     for r in recs:
         if r.get("grade") != G.NOT_APPLICABLE:
             out[str(r.get(key))][r["grade"]] += 1
+            out[str(r.get(key))][DISAGREE] += bool(r.get("disagree"))
     return dict(out)
+
+
+CLEAR_UNITS = 64.0  # a fault whose own change is this many rounding units of the target dtype is beyond any noise floor
+
+
+def _effect(r: dict[str, Any]) -> float:
+    return float((r.get("oracle") or {}).get("effect_units") or 0.0)
 
 
 def summary(recs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -24,9 +35,12 @@ def summary(recs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for level in sorted({r["level"] for r in recs}):
         f = [r for r in recs if r["level"] == level and r.get("kind") in ("fault", "training") and r["grade"] in G.FAULT_GRADES]
+        clear = [r for r in f if _effect(r) >= CLEAR_UNITS]
         b = [r for r in recs if r["level"] == level and r.get("kind") == "benign" and r["grade"] in G.BENIGN_GRADES]
         out[level] = {"faults": len(f), "exact": sum(r["grade"] == G.EXACT for r in f),
                       "exact_rate": round(sum(r["grade"] == G.EXACT for r in f) / len(f), 4) if f else None,
+                      f"exact_rate_over_{CLEAR_UNITS:g}u": round(sum(r["grade"] == G.EXACT for r in clear) / len(clear), 4) if clear else None,
+                      "clear_faults": len(clear),
                       "benign": len(b), "false_fault": sum(r["grade"] == G.FALSE_FAULT for r in b),
                       "inconclusive": sum(r["grade"] == G.INCONCLUSIVE for r in f + b),
                       "disagree": sum(bool(r.get("disagree")) for r in recs if r["level"] == level)}
@@ -34,7 +48,7 @@ def summary(recs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def render(table: dict[str, Counter[str]], title: str) -> str:
-    cols = [c for c in COLUMNS if any(t[c] for t in table.values())]
+    cols = [c for c in (*COLUMNS, DISAGREE) if any(t[c] for t in table.values())]
     width = max([len(title)] + [len(k) for k in table])
     lines = [f"{title:<{width}}  " + "  ".join(f"{c:>12}" for c in cols) + f"  {'exact%':>7}"]
     for k in sorted(table):
