@@ -2,7 +2,8 @@
 
 A fault is valid when each culprit module's own effect changes given identical inputs: the clean module's
 first call is recorded (inputs and output), the faulty module is called on a copy of the same inputs, and its
-output (or, for an in-place bug, its inputs after the call) differs beyond the target dtype's rounding. A benign
+output (or, for an in-place bug, its inputs after the call) differs beyond the target dtype's rounding; and when
+the model output changes too (a fault that never reaches it is no fault to find). A benign
 change is valid when the model output stays within `BENIGN_UNITS` rounding units of the target's precision.
 """
 
@@ -116,8 +117,11 @@ def prove_fault(clean, faulty, culprits: tuple[str, ...], inputs: dict[str, Any]
                 raise ValueError(f"{path} cannot run with the change: {type(exc).__name__}: {str(exc)[:150]}") from None
         effects.append(max(rel(out, got), rel((args, kwargs), (a2, k2))) / unit(dtype))
     worst = min(effects) if effects else 0.0
-    ok = worst > FAULT_UNITS
-    return Proof(ok, worst, f"culprit change {', '.join(f'{e:.3g}' for e in effects)} u (needs > {FAULT_UNITS:g})")
+    with torch.no_grad():  # and it must reach the model output (an in-place change of a dead tensor does not)
+        reach = rel(clean(**inputs), faulty(**inputs)) / unit(dtype)
+    ok = worst > FAULT_UNITS and reach > FAULT_UNITS
+    return Proof(ok, worst, f"culprit change {', '.join(f'{e:.3g}' for e in effects)} u, model output change {reach:.3g} u "
+                 f"(both need > {FAULT_UNITS:g})")
 
 
 def prove_benign(golden_out, target_out, dtype) -> Proof:
