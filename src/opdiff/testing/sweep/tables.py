@@ -62,10 +62,16 @@ def render(table: dict[str, Counter[str]], title: str) -> str:
 _BAD = {G.MISSED: 0, G.FALSE_FAULT: 0, G.WRONG: 1, G.WRONG_STEP: 1, G.INCONCLUSIVE: 2, G.ERROR: 3, G.TIMEOUT: 3, G.NEAR: 4}
 
 
-def worst(recs: list[dict[str, Any]], n: int = 15) -> list[dict[str, Any]]:
+def worst(recs: list[dict[str, Any]], n: int = 20) -> list[dict[str, Any]]:
     """The worst cases: misses and false faults first, then wrong modules, inconclusive, errors, near misses;
-    within one grade, the fault classes that fail most often first."""
+    within one grade, clear faults (beyond CLEAR_UNITS) first, then the classes that fail most often; two per class."""
     bad = [r for r in recs if r.get("grade") in _BAD or r.get("disagree")]
     per_class = Counter(r["klass"] for r in bad)
-    bad.sort(key=lambda r: (_BAD.get(r["grade"], 5), -per_class[r["klass"]], r["id"]))
-    return bad[:n]
+    bad.sort(key=lambda r: (_BAD.get(r["grade"], 5), _effect(r) < CLEAR_UNITS, -per_class[r["klass"]], -_effect(r), r["id"]))
+    out, seen = [], Counter[tuple[str, str]]()
+    for r in bad:  # at most two per (class, grade): the worst cases of many classes
+        key = (r["klass"], r["grade"])
+        if seen[key] < 2:
+            seen[key] += 1
+            out.append(r)
+    return out[:n]
