@@ -134,8 +134,13 @@ def run(case: Case, work: Path) -> dict[str, Any]:
         return {**rec, "grade": grade.INVALID, "seconds": time.perf_counter() - t0}
     gdir, tdir = work / "golden", work / "target"
     try:
-        _capture(golden, gdir, case.level, inputs, None)
-        _capture(target, tdir, case.level, t_inputs, planted)
+        g_out = _capture(golden, gdir, case.level, inputs, None)
+        t_out = _capture(target, tdir, case.level, t_inputs, planted)
+        if planted.compile:  # the compiled run exists only under capture: prove the claim on its output
+            proof = oracle.prove_benign(g_out, t_out, _target_dtype(planted, target))
+            rec["oracle"] = {"valid": proof.valid, "effect_units": proof.effect, "detail": proof.detail + " (compiled run)"}
+            if not proof.valid:
+                return {**rec, "grade": grade.INVALID, "seconds": time.perf_counter() - t0}
         cmp = compare(str(gdir), str(tdir), workers=1)
         d = diagnose(str(gdir), str(tdir), comparison=cmp, replay=False, workers=1)
     except (OpdiffError, RuntimeError, ValueError, TypeError) as exc:
