@@ -10,6 +10,7 @@ from . import grade as G
 COLUMNS = (G.EXACT, G.NEAR, G.WRONG, G.WRONG_STEP, G.MISSED, G.INCONCLUSIVE, G.BENIGN_OK, G.FALSE_FAULT, G.INVALID, G.ERROR, G.TIMEOUT)
 
 
+_FAULTS = "_graded_faults"  # hidden column: the denominator of exact%
 DISAGREE = "cmp!=diag"  # compare and diagnose give opposite pass/fail on the same dumps
 
 
@@ -20,6 +21,7 @@ def confusion(recs: list[dict[str, Any]], key: str) -> dict[str, Counter[str]]:
         if r.get("grade") != G.NOT_APPLICABLE:
             out[str(r.get(key))][r["grade"]] += 1
             out[str(r.get(key))][DISAGREE] += bool(r.get("disagree"))
+            out[str(r.get(key))][_FAULTS] += r.get("kind") in ("fault", "training") and r["grade"] in G.FAULT_GRADES
     return dict(out)
 
 
@@ -53,7 +55,7 @@ def render(table: dict[str, Counter[str]], title: str) -> str:
     lines = [f"{title:<{width}}  " + "  ".join(f"{c:>12}" for c in cols) + f"  {'exact%':>7}"]
     for k in sorted(table):
         t = table[k]
-        graded = sum(t[c] for c in (G.EXACT, G.NEAR, G.WRONG, G.WRONG_STEP, G.MISSED)) + (t[G.INCONCLUSIVE] if t[G.BENIGN_OK] + t[G.FALSE_FAULT] == 0 else 0)
+        graded = t[_FAULTS]
         pct = f"{100 * t[G.EXACT] / graded:6.1f}%" if graded else "      -"
         lines.append(f"{k:<{width}}  " + "  ".join(f"{t[c]:>12}" for c in cols) + f"  {pct:>7}")
     return "\n".join(lines)
