@@ -10,7 +10,7 @@ planted quantity differs there beyond rounding.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import faults as F
@@ -37,6 +37,7 @@ class Setup:
     optimizer: Any
     before_step: Callable[[int], None] | None = None  # called before step k's forward
     loss_scale: float = 1.0
+    losses: list[float] = field(default_factory=list)  # each step's loss, as run
 
 
 def _groups(model, block: str, **target: float) -> Any:
@@ -117,13 +118,19 @@ def loss_of(out) -> Any:
 def train(s: Setup, cap: Any = None, steps: int = STEPS, watch: Callable[[int, Setup], None] | None = None) -> None:
     """`steps` optimizer steps; `cap` (an opdiff capture session) is told of each step; `watch` sees each.
     Seeded, so that layer drop and SpecAugment masks draw the same in golden and target."""
+    import random
+
+    import numpy as np
     import torch
 
     torch.manual_seed(1234)
+    np.random.seed(1234)  # wav2vec2's SpecAugment draws its masks with numpy
+    random.seed(1234)
     for k in range(steps):
         if s.before_step is not None:
             s.before_step(k)
         loss = loss_of(s.model(**s.inputs))
+        s.losses.append(float(loss))
         (loss * s.loss_scale).backward()
         if watch is not None:
             watch(k, s)
@@ -168,6 +175,9 @@ def prove(klass: str, arch: str, truth: Truth) -> oracle.Proof:
     t, _ = setup(klass, arch, "target")
     tg, tt = _trace(g), _trace(t)
     u = oracle.unit(torch.float32)
+    forward_same = truth.step + (0 if truth.direction == "forward" else 1)  # losses of these steps must agree
+    if g.losses[:forward_same] != t.losses[:forward_same]:
+        return oracle.Proof(False, 0.0, f"the forward pass already differs before step {truth.step}'s {truth.direction}")
     before = {"forward": -1, "backward": -1, "update": 0}[truth.direction]
     # gradients of steps before the fault's step (and of its step for an update fault) must agree bitwise
     for k in range(truth.step + (1 if truth.direction == "update" else 0)):
