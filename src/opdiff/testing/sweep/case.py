@@ -146,10 +146,10 @@ def run(case: Case, work: Path) -> dict[str, Any]:
     except (OpdiffError, RuntimeError, ValueError, TypeError) as exc:
         return {**rec, "grade": grade.ERROR, "reason": f"{type(exc).__name__}: {str(exc)[:300]}",
                 "seconds": time.perf_counter() - t0}
-    culprit = d.culprit["module"] if d.culprit is not None else None
+    culprit = d.culprit.module if d.culprit is not None else None
     rec.update(verdict=d.verdict, culprit=culprit, summary=d.summary[:400], compare_passed=cmp.passed(),
                diagnose_passed=d.exit_code == 0,
-               candidates=[c["module"] for c in (d.candidates or [])[:5]])
+               candidates=[c.module for c in (d.candidates or [])[:5]])
     rec["grade"] = grade.grade(rec["kind"], planted.culprits, planted.expect, d.verdict, culprit)
     rec["disagree"] = rec["compare_passed"] != rec["diagnose_passed"]
     rec["seconds"] = time.perf_counter() - t0
@@ -185,8 +185,8 @@ def run_training(case: Case, work: Path) -> dict[str, Any]:
     except (OpdiffError, RuntimeError, ValueError, TypeError) as exc:
         return {**rec, "grade": grade.ERROR, "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
     c = d.culprit
-    rec.update(verdict=d.verdict, culprit=c["module"] if c is not None else None, summary=d.summary[:400],
-               step=c["step"] if c is not None else None, direction=c["direction"] if c is not None else None,
+    rec.update(verdict=d.verdict, culprit=c.module if c is not None else None, summary=d.summary[:400],
+               step=c.step if c is not None else None, direction=c.direction if c is not None else None,
                compare_passed=cmp.passed(), diagnose_passed=d.exit_code == 0)
     rec["grade"] = grade.grade_training(truth.step, truth.direction, truth.culprits, truth.expect, d.verdict, rec["step"],
                                         rec["direction"], rec["culprit"])

@@ -47,7 +47,8 @@ def _groups(model, block: str, **target: float) -> Any:
     inside = [p for n, p in model.named_parameters() if n.startswith(block + ".")]
     ids = {id(p) for p in inside}
     rest = [p for p in model.parameters() if id(p) not in ids]
-    return torch.optim.AdamW([{"params": rest}, {"params": inside, **target}], lr=1e-3, eps=1e-8, weight_decay=0.01)
+    groups: list[dict[str, Any]] = [{"params": rest}, {"params": inside, **target}]
+    return torch.optim.AdamW(groups, lr=1e-3, eps=1e-8, weight_decay=0.01)
 
 
 def _wrong_backward(module) -> None:
@@ -58,13 +59,13 @@ def _wrong_backward(module) -> None:
 
     class Wrong(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x):  # type: ignore[override]
+        def forward(ctx, x):
             ctx.save_for_backward(x)
             with torch.no_grad():
                 return forward(x)
 
         @staticmethod
-        def backward(ctx, grad):  # type: ignore[override]
+        def backward(ctx, grad):
             (x,) = ctx.saved_tensors
             with torch.enable_grad():
                 xx = x.detach().requires_grad_(True)
