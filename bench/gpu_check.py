@@ -33,12 +33,13 @@ import numpy as np
 import torch
 
 import opdiff
+from opdiff.base.vocab import TORCH_LEVELS
 from opdiff.compare import compare
 from opdiff.diagnose import diagnose
 from opdiff.store.stats import tensor_stats
 from opdiff.testing import faults, zoo
 
-LEVELS, MODES = ("module", "api", "aten"), ("stats", "hash", "tensor")
+LEVELS, MODES = TORCH_LEVELS, ("stats", "hash", "tensor")
 CHECKS: list[tuple[str, bool, str]] = []
 
 
@@ -120,7 +121,7 @@ def check_diagnose(out: Path) -> None:
         with opdiff.capture(target, t, level="module", mode="tensor"):
             faults.run(target, to(inj.inputs, "cuda"), inj)
         d = diagnose(g, t)
-        module = d.culprit["module"] if d.culprit is not None else None
+        module = d.culprit.module if d.culprit is not None else None
         check(f"diagnose {fault} on CUDA", d.verdict in inj.verdicts and (inj.module is None or module == inj.module),
               f"verdict {d.verdict}, culprit {module}, injected {inj.module}")
     torch.manual_seed(0)

@@ -173,7 +173,10 @@ def test_load_any_level_of_the_layout(dumps):
     d = opdiff.load(root / "step1")
     assert (d.rank, d.step, d.format) == (0, 1, "msprobe")
     d = opdiff.load(root / "step1" / "rank1")
-    assert (d.rank, d.step) == (1, 1) and d.with_part(0, 0).step == 0
+    assert (d.rank, d.step, d.parts) == (1, 1, [(1, 1)])  # a rank folder is that part alone (test_dump_address.py)
+    with pytest.raises(DumpError, match="no part rank 0 step 0 here"):
+        d.with_part(0, 0)
+    assert opdiff.load(root).with_part(1, 1).step == 1 and opdiff.load(root / "step1").parts == [(0, 1), (1, 1)]
     # two single-process runs (proc{pid}, different pids) pair as rank 0
     a, b = opdiff.load(dumps["l1_golden"]), opdiff.load(dumps["l1_golden_again"])
     assert part_dir(dumps["l1_golden"]).name != part_dir(dumps["l1_golden_again"]).name
@@ -193,7 +196,7 @@ def test_compare_and_diagnose_name_the_gelu(dumps):
     assert first_bad == "torch.nn.functional.gelu#1/forward/output/0"
     assert by_name["torch.nn.functional.gelu#0/forward/output/0"].result == "PASS"
     d = diagnose.diagnose(g, t)
-    assert d.verdict == "fault" and d.culprit["op"] == "torch.nn.functional.gelu" and d.culprit["node"].endswith("#1")
+    assert d.verdict == "fault" and d.culprit.op == "torch.nn.functional.gelu" and d.culprit.node.endswith("#1")
 
 
 def test_missing_tensor_file_is_na_rest_runs(dumps, tmp_path):
@@ -239,5 +242,5 @@ def test_verdicts_equal_opdiff_capture(dumps, tmp_path):
         assert diagnose.diagnose(side["g"], side["g2"]).verdict == "pass"
     d_ours, d_ms = diagnose.diagnose(ours["g"], ours["t"]), diagnose.diagnose(ms["g"], ms["t"])
     assert d_ours.verdict == d_ms.verdict == "fault"
-    assert d_ours.culprit["op"] == d_ms.culprit["op"] == "torch.nn.functional.gelu"
-    assert "h.1." in d_ours.culprit["module"] and d_ms.culprit["node"].endswith("#1")  # msprobe L1: no module path
+    assert d_ours.culprit.op == d_ms.culprit.op == "torch.nn.functional.gelu"
+    assert "h.1." in d_ours.culprit.module and d_ms.culprit.node.endswith("#1")  # msprobe L1: no module path

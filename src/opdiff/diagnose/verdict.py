@@ -7,12 +7,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.vocab import PROVENANCE_KEY, Verdict
 from ..metrics import names as M
+from ..replay.result import ReplayResult
 from .graph import Graph, Node, Tensor
 from .local import Event, contributions
 from .noise import DRIFT, Noise
 from .overflow import Overflow
-from .types import Candidate, Culprit, Evidence, OpCandidate, ReplayResult, TensorInfo
+from .types import Candidate, Culprit, Evidence, OpCandidate, TensorInfo
 
 SCHEMA_VERSION = 1
 # an event this many times weaker than the strongest is not taken as the culprit just for being earlier
@@ -23,7 +25,7 @@ CULPRIT_MARGIN = 1e3
 class Diagnosis:
     """The answer of diagnose: one verdict, the culprit if any, and why (docs/diagnose.md)."""
 
-    verdict: str
+    verdict: Verdict
     summary: str
     culprit: Culprit | None = None
     first_divergence: dict[str, Any] | None = None  # TensorInfo, plus step, direction and rank
@@ -162,16 +164,28 @@ def _advice(node: Node, how: str, replayable: bool) -> str:
     return " ".join(parts)
 
 
+def _run_units(t: Tensor | None, noise: Noise) -> float | None:
+    """A tensor pair's error in rounding units of the run's coarsest precision (noise.run_dtype): one
+    unit for a whole path, so an fp32 step inside a bf16 model is not counted in 65,536 times finer units."""
+    if t is None or t.err is None:
+        return None
+    if t.unit == 0:
+        return 0.0 if t.err == 0 else None
+    return t.err / (noise.run_unit or t.unit)
+
+
 def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: int = 40) -> list[dict[str, Any]]:
-    """From the culprit to the model output: diverging calls, one per module at the culprit's level."""
+    """From the culprit to the model output: diverging calls, one per module at the culprit's level
+    (the last diverging call of each), each named by its own module, errors in one unit (_run_units)."""
     comps = culprit.module.split(".") if culprit.module else []
     prefixes = {".".join(comps[:i]) for i in range(len(comps) + 1)}
     own = next((graph.tensors[i] for i in culprit.outputs if graph.tensors[i].err is not None), None)
     entries: list[dict[str, Any]] = [{
         "module": culprit.module, "node": culprit.name, "op": culprit.op,
         "record": own.target.name if own is not None and own.target else None,
-        "error_units": _num(units(own)) if own is not None else None,
+        "error_units": _num(_run_units(own, noise)),
         "cosine": own.pair.metrics.get(M.COSINE) if own is not None else None}]
+    groups = [culprit.module]  # the module at the culprit's depth each entry stands for
     for t in sorted((x for x in graph.tensors if x.target is not None and x.role == "output"), key=lambda x: x.order):
         if t.order < start_order or t.err is None or noise.agrees(t.err, t.unit):
             continue
@@ -179,13 +193,13 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
         mc = node.module.split(".") if node.module else []
         depth = max(i for i in range(len(mc) + 1) if ".".join(mc[:i]) in prefixes)
         key = ".".join(mc[: depth + 1])
-        u = units(t)
-        entry = {"module": key, "node": node.name, "op": node.op, "record": t.rec.name,
-                 "error_units": _num(u), "cosine": t.pair.metrics.get(M.COSINE)}
-        if entries and entries[-1]["module"] == key:
+        entry = {"module": node.module, "node": node.name, "op": node.op, "record": t.rec.name,
+                 "error_units": _num(_run_units(t, noise)), "cosine": t.pair.metrics.get(M.COSINE)}
+        if groups[-1] == key:
             entries[-1] = entry
         else:
             entries.append(entry)
+            groups.append(key)
     if len(entries) > limit:
         entries = entries[: limit - 1] + [entries[-1]]
     return entries
@@ -278,6 +292,12 @@ def _overflow(graph: Graph, noise: Noise, d: Diagnosis, overflow: Overflow, cand
         _cand_json(graph, i + 2, n, ev, j, None) for i, (n, ev, j) in enumerate(sorted(cands, key=lambda c: -c[2])[:9])]
 
 
+def _fused_from(rec: Any) -> list[str]:
+    """The golden ops a fused target op stands for, from its capture's provenance (empty for a plain op)."""
+    names = rec.extra.get(PROVENANCE_KEY) if rec is not None else None
+    return [str(n) for n in names] if isinstance(names, list) and len(names) > 1 else []
+
+
 def _fault(graph: Graph, noise: Noise, d: Diagnosis, cands: Suspects, pick: int, replayable: bool) -> None:
     node, ev, jump = cands[pick]
     t = graph.tensors[ev.tensor]
@@ -290,6 +310,10 @@ def _fault(graph: Graph, noise: Noise, d: Diagnosis, cands: Suspects, pick: int,
                         evidence_record=t.target.name if t.target else None, score=_num(jump),
                         direction=graph.direction)
     d.summary = f"{node.module or '<root>'} ({node.op}) is the culprit: {reason}"
+    fused = _fused_from(main.target)
+    if fused:
+        d.culprit.fused_from = fused
+        d.summary += f"; it is a fused op standing for {len(fused)} golden ops: {', '.join(fused)}"
     d.evidence = _node_evidence(graph, node, t)
     d.advice = _advice(node, ev.how, replayable)
     missing = _golden_only_inside(graph, node)

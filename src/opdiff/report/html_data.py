@@ -16,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from ..base import jsonsafe
 from ..base.errors import DumpError
 from ..base.pair import PairResult
 from ..base.vocab import FAIL, NA, PASS, WARNING
 from ..compare.run import Comparison
 from ..diagnose.noise import pair_error
+from ..diagnose.verdict import Diagnosis
 from ..metrics import names as M
 from ..metrics.thresholds import ROUNDING_UNIT, unit
 from ..store import Dump
@@ -44,7 +46,8 @@ def _n(x: Any, digits: int = 5) -> Any:
         return "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")
     if isinstance(x, (int, np.integer)):
         return int(x)
-    return float(f"{f:.{digits}g}")
+    r = float(f"{f:.{digits}g}")
+    return r if math.isfinite(r) else f  # near float64's limit, rounding up would give inf
 
 
 def error_units(p: PairResult) -> float | None:
@@ -73,7 +76,7 @@ def plain(x: Any) -> Any:
     return str(x)
 
 
-def diagnosis_data(diagnosis: Any) -> dict[str, Any] | None:
+def diagnosis_data(diagnosis: Diagnosis | None) -> dict[str, Any] | None:
     """The diagnosis' public fields as plain data (missing fields are left out: tolerant of new shapes)."""
     if diagnosis is None:
         return None
@@ -153,8 +156,8 @@ def _diagnosis_names(d: dict[str, Any] | None) -> list[str]:
     evidence, the path of divergence. The first is the pair the page marks as the culprit."""
     if not d:
         return []
-    ev = d.get("evidence") if isinstance(d.get("evidence"), dict) else {}
-    cu = d.get("culprit") if isinstance(d.get("culprit"), dict) else {}
+    ev: dict[str, Any] = d["evidence"] if isinstance(d.get("evidence"), dict) else {}
+    cu: dict[str, Any] = d["culprit"] if isinstance(d.get("culprit"), dict) else {}
     names = [t.get("target") for t in ev.get("outputs") or [] if isinstance(t, dict)]
     names += [cu.get("target"), cu.get("golden")]
     for group in ev.values():
@@ -164,7 +167,7 @@ def _diagnosis_names(d: dict[str, Any] | None) -> list[str]:
     return [n for n in names if isinstance(n, str)]
 
 
-def build(cmp: Comparison, diagnosis: Any = None, title: str = "opdiff report", samples: bool = True) -> dict[str, Any]:
+def build(cmp: Comparison, diagnosis: Diagnosis | None = None, title: str = "opdiff report", samples: bool = True) -> dict[str, Any]:
     """The page's document."""
     rec = _records(cmp.results)
     d = diagnosis_data(diagnosis)
@@ -181,8 +184,8 @@ def build(cmp: Comparison, diagnosis: Any = None, title: str = "opdiff report", 
     ff = cmp.first_fail()
     return {
         "title": title,
-        "golden": {"path": str(cmp.golden.root), "rank": cmp.golden.rank, "step": cmp.golden.step},
-        "target": {"path": str(cmp.target.root), "rank": cmp.target.rank, "step": cmp.target.step},
+        "golden": {"path": str(cmp.golden.where), "rank": cmp.golden.rank, "step": cmp.golden.step},
+        "target": {"path": str(cmp.target.where), "rank": cmp.target.rank, "step": cmp.target.step},
         "mode": cmp.mode,
         "thresholds": cmp.thresholds.name,
         "counts": cmp.counts(),
@@ -198,7 +201,21 @@ def build(cmp: Comparison, diagnosis: Any = None, title: str = "opdiff report", 
     }
 
 
+def page_values(x: Any) -> Any:
+    """`x` with every non-finite number, at any depth, as the page's string "nan", "inf" or "-inf"
+    (numpy scalars as Python ones): whatever a diagnosis' evidence holds, the document is strict JSON."""
+    if isinstance(x, dict):
+        return {str(k): page_values(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [page_values(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return jsonsafe.nonfinite_text(x)
+    return x
+
+
 def encode(doc: dict[str, Any]) -> str:
     """The document as base64 of gzip'd JSON (what the page decompresses with DecompressionStream)."""
-    raw = json.dumps(doc, separators=(",", ":"), allow_nan=False, default=str).encode()
+    raw = json.dumps(page_values(doc), separators=(",", ":"), allow_nan=False, default=str).encode()
     return base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
