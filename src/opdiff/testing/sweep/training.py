@@ -131,7 +131,7 @@ def train(s: Setup, cap: Any = None, steps: int = STEPS, watch: Callable[[int, S
         if s.before_step is not None:
             s.before_step(k)
         loss = loss_of(s.model(**s.inputs))
-        s.losses.append(float(loss))
+        s.losses.append(float(loss.detach()))
         (loss * s.loss_scale).backward()
         if watch is not None:
             watch(k, s)
