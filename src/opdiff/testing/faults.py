@@ -35,19 +35,24 @@ class Injected:
         """Verdicts that diagnose the scenario right."""
         return EXPECTED[self.kind]
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
+    def running(self) -> contextlib.AbstractContextManager[None]:
         """The settings the target runs under (thread count, autocast)."""
-        import torch
+        return running_under(self.threads, self.autocast)
 
-        old = torch.get_num_threads()
-        try:
-            if self.threads:
-                torch.set_num_threads(self.threads)
-            with torch.autocast("cpu", dtype=self.autocast, enabled=self.autocast is not None):
-                yield
-        finally:
-            torch.set_num_threads(old)
+
+@contextlib.contextmanager
+def running_under(threads: int | None, autocast: Any) -> Iterator[None]:
+    """Run with `threads` torch threads (None: as is) under CPU autocast to `autocast` (None: off)."""
+    import torch
+
+    old = torch.get_num_threads()
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        with torch.autocast("cpu", dtype=autocast, enabled=autocast is not None):
+            yield
+    finally:
+        torch.set_num_threads(old)
 
 
 # -- finding the parts of a model ---------------------------------------------------------
@@ -118,7 +123,12 @@ def mlp(model, block: str) -> tuple[str, Any]:
 
 
 def _mlp_linear(model, block: str) -> tuple[str, Any]:
-    path, _ = mlp(model, block)
+    """The feed-forward part's first Linear; in a block without an MLP module (OPT, BART), its first widening Linear."""
+    try:
+        path, _ = mlp(model, block)
+    except ValueError:
+        return _first(model, block, lambda p, m: _is_linear(m) and hasattr(m, "out_features") and m.out_features > m.in_features
+                      and "attn" not in p and "attention" not in p, "feed-forward Linear")
     return _first(model, path, lambda p, m: _is_linear(m), "Linear")
 
 
