@@ -17,6 +17,7 @@ from ..progress import CaptureProgress
 from . import collectives, module_hooks, optim, ranks
 from .api_mode import ApiMode
 from .aten_mode import AtenMode
+from .preserve import ModelState
 from .recorder import MODES, Recorder
 from .state import CaptureState
 
@@ -146,6 +147,7 @@ class CaptureSession:
         self.writer.on_flush = self.progress.tick
         self.recorder = Recorder(self.writer, self.mode, self.rank)
         self._entered = True
+        self._found = ModelState.snapshot(self.model)  # hooks and forwards go back as found (preserve.py)
         try:
             self.state.index_parameters(self._named_parameters())
             self._handles = module_hooks.install(self)
@@ -166,6 +168,7 @@ class CaptureSession:
             self._end_step()
         finally:
             self._remove()
+            self._found.restore(hooks_only=True)
             self.writer.update_meta(steps_captured=self.state.steps_captured, records=self.writer.records_written,
                                     skipped_tensors=self.recorder.skipped)
             if exc_type is None:
