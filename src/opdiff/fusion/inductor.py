@@ -25,6 +25,7 @@ from ..base.outdir import claim_dir
 from ..capture.torch import capture as eager_capture
 from ..capture.torch.compiled import CHILDREN, CompiledRegions, region_paths
 from ..capture.torch.compiled import capture as compiled_capture
+from ..capture.torch.patching import call as call_model  # model(**inputs) / (*inputs) / (inputs), no autograd
 from ..capture.torch.preserve import preserved
 from ..compare.run import compare
 from .bisect import bisect_switches
@@ -49,16 +50,6 @@ SWITCHES: dict[str, Any] = {
     "use_fast_math": False,
     "emulate_precision_casts": True,
 }
-
-
-def call_model(model: torch.nn.Module, inputs: Any) -> Any:
-    """model(**inputs), model(*inputs) or model(inputs), without autograd."""
-    with torch.no_grad():
-        if isinstance(inputs, dict):
-            return model(**inputs)
-        if isinstance(inputs, (tuple, list)):
-            return model(*inputs)
-        return model(inputs)
 
 
 def active_switches(options: dict[str, Any]) -> list[str]:
