@@ -217,15 +217,24 @@ def _first_divergence(graph: Graph, noise: Noise) -> Tensor | None:
 Suspects = list[tuple[Node, Event, float]]  # (op, where its error entered, jump over its threshold)
 
 
+def _when(graph: Graph, ev: Event) -> int:
+    """When an event's error enters the execution: a differing weight when the op reading it runs (weights
+    are recorded up front, in registration order), any other tensor where it was recorded."""
+    if ev.how == "parameter":
+        return graph.nodes[ev.node].start
+    return graph.tensors[ev.tensor].order
+
+
 def _candidates(graph: Graph, events: list[Event]) -> Suspects:
-    """Blamed nodes with their first event and strongest jump, in order of first event."""
+    """Blamed nodes with their first event and strongest jump, in execution order of their first event."""
     by_node: dict[int, tuple[Event, float]] = {}
     for ev in events:
         first, best = by_node.get(ev.node, (ev, 0.0))
         if ev.propagates and not first.propagates:
             first = ev  # a node's first event whose error matters speaks for it
         by_node[ev.node] = (first, max(best, ev.jump))
-    return [(graph.nodes[n], ev, j) for n, (ev, j) in by_node.items()]
+    cands = [(graph.nodes[n], ev, j) for n, (ev, j) in by_node.items()]
+    return sorted(cands, key=lambda c: _when(graph, c[1]))
 
 
 def _pick(cands: Suspects) -> int | None:
@@ -270,11 +279,22 @@ def _first_compare_fail(graph: Graph, noise: Noise) -> Tensor | None:
     diagnose's calibrated floor may be wider). An output nothing reads stays no culprit."""
     for t in sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order):
         node = graph.node_of(t)
-        if t.pair.result != FAIL or node is None or node.id == graph.root and t.role == "input":
+        if t.pair.result != FAIL or t.err is None or t.err <= t.unit or node is None or \
+                node.id == graph.root and t.role == "input":
+            # no error: a pair diagnose does not take as evidence (guessed between different ops); within one
+            # rounding: diagnose measured it better (a mask's finfo.min fill in golden's and the target's dtype)
             continue
-        if not any(s.pair.result == FAIL for s in graph.known_sources(t)) and propagates(graph, noise, t):
+        if not any(s.pair.result == FAIL for s in graph.known_sources(t)) and \
+                (propagates(graph, noise, t) or _fails_downstream(graph, t)):
             return t
     return None
+
+
+def _fails_downstream(graph: Graph, t: Tensor) -> bool:
+    """Whether compare also fails what reads `t` (its error reaches downstream by compare's rule)."""
+    if graph.is_model_output(t):
+        return True
+    return any(graph.tensors[i].pair.result == FAIL for node, _ in graph.consumer_nodes(t) for i in node.outputs)
 
 
 def _compare_fault(graph: Graph, noise: Noise, d: Diagnosis, t: Tensor, replayable: bool) -> None:
@@ -289,8 +309,8 @@ def _compare_fault(graph: Graph, noise: Noise, d: Diagnosis, t: Tensor, replayab
         size = f"golden runs {t.golden.op} there"
     else:
         size = "its values"
-    reason = (f"compare fails its {t.rec.role} {t.rec.pos} (off by {size}) while everything it is computed from "
-              "passes: the error is its own")
+    reason = (f"compare fails {t.rec.name} (off by {size}) while everything it is computed from passes: "
+              "the error enters here")
     d.verdict = "fault"
     d.culprit = Culprit(**node_info(graph, node), golden=main.golden.name if main.golden else None,
                         target=main.target.name if main.target else None, reason=reason, how=how,
