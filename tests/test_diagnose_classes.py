@@ -90,3 +90,38 @@ def test_bf16_target_with_a_real_fault_fails_in_compare_and_diagnose(tmp_path):
         compare_fails = cmp.counts()["FAIL"] > 0
         assert compare_fails == (d.exit_code == 1), f"{name}: compare {cmp.counts()} vs diagnose {d.summary}"
     assert d.verdict == "fault" and d.culprit["module"] == "3", d.summary
+
+
+def _moe_pair():
+    """A tiny Mixtral and a copy whose layer-1 router takes the top-k of the logits instead of the probabilities."""
+    import torch.nn.functional as F
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(0)
+    cfg = MixtralConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                        num_key_value_heads=2, vocab_size=64, max_position_embeddings=32, num_local_experts=4,
+                        num_experts_per_tok=2)
+    golden = MixtralForCausalLM(cfg).eval()
+    target = copy.deepcopy(golden)
+    gate = target.model.layers[1].mlp.gate
+
+    def forward(hidden_states):
+        hidden_states = hidden_states.reshape(-1, gate.hidden_dim)
+        logits = F.linear(hidden_states, gate.weight)
+        values, index = torch.topk(logits, gate.top_k, dim=-1)  # the bug: golden reads softmax(logits)
+        return logits, values / values.sum(dim=-1, keepdim=True), index
+    gate.forward = forward
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(1))
+    return golden, target, {"input_ids": ids}
+
+
+@pytest.mark.parametrize("level", ["module", "api", "aten"])
+def test_router_reading_logits_blames_the_router_not_the_root(tmp_path, level):
+    pytest.importorskip("transformers")
+    golden, target, inputs = _moe_pair()
+    for model, side in ((golden, "g"), (target, "t")):
+        with opdiff.capture(model, tmp_path / side, level=level, mode="tensor"), torch.no_grad():
+            model(**inputs)
+    d = diagnose(tmp_path / "g", tmp_path / "t", replay=False)
+    assert d.verdict == "fault", d.summary
+    assert d.culprit["module"] == "model.layers.1.mlp.gate", d.summary  # was <root> ("parent") at api and aten

@@ -185,6 +185,10 @@ class Graph:
             return node.id, "input"  # an external tensor (weight, buffer) read by this op
         if p is None and t.id in self.passthrough:
             return node.id, "input-changed"  # golden hands it over unchanged; the target alters it on the way in
+        if p is not None and not self.module_level:
+            # an op reads another tensor than golden's op did while the one it reads agrees: the code of the
+            # innermost module running it wired it (an op-level dump has no call of that module to blame)
+            return node.id, "input-changed"
         if node.parent is not None:
             return node.parent, "parent"
         return node.id, "input"

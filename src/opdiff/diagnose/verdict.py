@@ -142,6 +142,9 @@ def _reason(graph: Graph, ev_tensor: Tensor, how: str, node: Node, inherited_uni
     if how == "inserted" and reader is not None:
         return (f"an op golden does not have ({node.op} in {node.module or '<root>'}) changed the tensor that "
                 f"{reader.name} reads (off by {err}) while its own inputs agree")
+    if how == "input-changed" and not graph.module_level and graph.producer.get(ev_tensor.id) is not None:
+        return (f"its input {rec.pos} is off by {err} although the tensor it reads agrees with golden's: "
+                f"{node.module or '<root>'}'s code hands it another tensor than golden's (a changed call or argument)")
     if how == "input-changed":
         parent = graph.nodes[node.parent].module if node.parent is not None else "<root>"
         return (f"its input {rec.pos} is off by {err} although golden hands it the very tensor an earlier op made, "
