@@ -125,3 +125,26 @@ def test_router_reading_logits_blames_the_router_not_the_root(tmp_path, level):
     d = diagnose(tmp_path / "g", tmp_path / "t", replay=False)
     assert d.verdict == "fault", d.summary
     assert d.culprit["module"] == "model.layers.1.mlp.gate", d.summary  # was <root> ("parent") at api and aten
+
+
+@pytest.mark.parametrize("level", ["api", "aten"])
+@pytest.mark.parametrize("with_optimizer", [False, True], ids=["optimizer-unattached", "optimizer-attached"])
+def test_one_param_groups_eps_is_the_update_not_the_backward(tmp_path, level, with_optimizer):
+    """AdamW's eps changed in one param group: the optimizer's update is the culprit, also when the capture was
+    not handed the optimizer (its ops used to be taken for gradient processing in the backward pass)."""
+    for side, eps in (("g", 1e-8), ("t", 1e-6)):
+        torch.manual_seed(0)
+        model = Net().train()
+        opt = torch.optim.AdamW([{"params": list(model.pre.parameters()) + list(model.head.parameters())},
+                                 {"params": list(model.attn.parameters()), "eps": eps}], lr=1e-3)
+        x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1))
+        with opdiff.capture(model, tmp_path / side, level=level, backward=True,
+                            optimizer=opt if with_optimizer else None) as cap:
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            cap.step()
+    d = diagnose(tmp_path / "g", tmp_path / "t", replay=False)
+    assert d.verdict == "fault", d.summary
+    assert d.culprit["direction"] == "update", d.summary
+    assert d.culprit["module"].startswith("attn."), d.summary

@@ -98,6 +98,7 @@ class CaptureSession:
         self._mode: ApiMode | AtenMode | None = None
         self._wanted: dict[tuple[str, str], bool] = {}
         self._restore_collectives: Callable[[], None] | None = None
+        self._phase_from: torch.optim.Optimizer | None = None  # an unattached optimizer whose step runs (optim.py)
 
     # -- options ------------------------------------------------------------------------------
     def hooks_module(self, path: str) -> bool:
@@ -153,6 +154,8 @@ class CaptureSession:
             self._handles = module_hooks.install(self)
             if self.optimizer is not None:
                 self._handles += optim.install(self, self.optimizer)
+            else:
+                self._handles += optim.install_phase(self)
             self._restore_collectives = collectives.install(self)
             if self.backward:
                 self._install_grad_hooks()
