@@ -86,7 +86,7 @@ def main() -> None:
         print(f"compare: {t_cmp:.3f} s (first call includes the metrics kernel's JIT)")
         print(f"diagnose beyond compare: best {min(times):.3f} s, median {sorted(times)[len(times) // 2]:.3f} s "
               f"over {args.repeat} runs")
-        print(f"verdict: {d.verdict}, culprit: {d.culprit['module'] if d.culprit else None} "
+        print(f"verdict: {d.verdict}, culprit: {d.culprit.module if d.culprit else None} "
               f"(expected layers.{(ops // 2) // 20}.{'attn' if (ops // 2) % 20 < 10 else 'mlp'})")
 
 

@@ -120,7 +120,7 @@ def check_diagnose(out: Path) -> None:
         with opdiff.capture(target, t, level="module", mode="tensor"):
             faults.run(target, to(inj.inputs, "cuda"), inj)
         d = diagnose(g, t)
-        module = d.culprit["module"] if d.culprit is not None else None
+        module = d.culprit.module if d.culprit is not None else None
         check(f"diagnose {fault} on CUDA", d.verdict in inj.verdicts and (inj.module is None or module == inj.module),
               f"verdict {d.verdict}, culprit {module}, injected {inj.module}")
     torch.manual_seed(0)

@@ -66,7 +66,7 @@ def test_two_weight_faults_blame_the_one_that_runs_first(tmp_path, fault, level)
             model(x)
     d = diagnose(tmp_path / "g", tmp_path / "t", replay=False)
     assert d.verdict == "fault", d.summary
-    assert d.culprit["module"] == "attn.q", d.summary  # q runs first; k and v are registered first
+    assert d.culprit.module == "attn.q", d.summary  # q runs first; k and v are registered first
 
 
 def test_bf16_target_with_a_real_fault_fails_in_compare_and_diagnose(tmp_path):
@@ -89,7 +89,7 @@ def test_bf16_target_with_a_real_fault_fails_in_compare_and_diagnose(tmp_path):
         d = diagnose(tmp_path / "g", tmp_path / name, comparison=cmp, replay=False)
         compare_fails = cmp.counts()["FAIL"] > 0
         assert compare_fails == (d.exit_code == 1), f"{name}: compare {cmp.counts()} vs diagnose {d.summary}"
-    assert d.verdict == "fault" and d.culprit["module"] == "3", d.summary
+    assert d.verdict == "fault" and d.culprit.module == "3", d.summary
 
 
 def _moe_pair():
@@ -124,7 +124,7 @@ def test_router_reading_logits_blames_the_router_not_the_root(tmp_path, level):
             model(**inputs)
     d = diagnose(tmp_path / "g", tmp_path / "t", replay=False)
     assert d.verdict == "fault", d.summary
-    assert d.culprit["module"] == "model.layers.1.mlp.gate", d.summary  # was <root> ("parent") at api and aten
+    assert d.culprit.module == "model.layers.1.mlp.gate", d.summary  # was <root> ("parent") at api and aten
 
 
 @pytest.mark.parametrize("level", ["api", "aten"])
@@ -146,5 +146,5 @@ def test_one_param_groups_eps_is_the_update_not_the_backward(tmp_path, level, wi
             cap.step()
     d = diagnose(tmp_path / "g", tmp_path / "t", replay=False)
     assert d.verdict == "fault", d.summary
-    assert d.culprit["direction"] == "update", d.summary
-    assert d.culprit["module"].startswith("attn."), d.summary
+    assert d.culprit.direction == "update", d.summary
+    assert d.culprit.module.startswith("attn."), d.summary

@@ -64,7 +64,7 @@ def test_patching_names_every_culprit_needed(tmp_path, name, arch, fault, dtype,
     golden, target, inputs = _pair(arch, fault, dtype)
     d = opdiff.diagnose_models(golden, target, inputs, tmp_path / "run", level=level)
     assert d.verdict == "fault", d.summary
-    assert d.culprit["module"] == culprits[0], d.summary
+    assert d.culprit.module == culprits[0], d.summary
     proof = d.to_json()["confirmation"]
     assert proof["method"] == "patch"
     assert proof["status"] in ("confirmed", "found")

@@ -68,14 +68,14 @@ def test_scenario(fault, model_name, level, goldens, tmp_path):
     assert d.verdict in inj.verdicts, d.summary
     if inj.kind in ("fault", "overflow"):
         assert d.culprit is not None
-        assert d.culprit["module"] == inj.module, d.summary
-        assert d.culprit["golden"] or d.culprit["target"]
+        assert d.culprit.module == inj.module, d.summary
+        assert d.culprit.golden or d.culprit.target
         assert d.path_of_divergence and d.path_of_divergence[0]["module"].startswith(inj.module.rsplit(".", 1)[0])
-        assert d.candidates[0]["module"] == inj.module
+        assert d.candidates[0].module == inj.module
     else:
         assert d.culprit is None, d.summary
     if inj.kind == "inputs":
-        assert d.evidence["inputs"], "the differing model inputs are shown"
-        assert all(e["module"] == "" for e in d.evidence["inputs"])
+        assert d.evidence.inputs, "the differing model inputs are shown"
+        assert all(e["module"] == "" for e in d.evidence.inputs)
     if inj.kind == "overflow":
-        assert d.culprit["golden_overflows"] is False
+        assert d.culprit.golden_overflows is False

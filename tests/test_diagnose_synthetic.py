@@ -61,17 +61,17 @@ def test_fault_is_the_first_op_adding_its_own_error(tmp_path):
     g, t = pair(tmp_path, errors={3: 1e-4})
     d = diagnose(g, t, replay=False)
     assert d.verdict == "fault"
-    assert d.culprit["module"] == "layers.3"
-    assert d.culprit["target"] == "layers.3/aten.f.default#0/forward/output/0"
-    assert d.candidates[0]["module"] == "layers.3"
+    assert d.culprit.module == "layers.3"
+    assert d.culprit.target == "layers.3/aten.f.default#0/forward/output/0"
+    assert d.candidates[0].module == "layers.3"
     assert [p["module"] for p in d.path_of_divergence][:2] == ["layers.3", "layers.4"]
 
 
 def test_downstream_amplification_is_not_blamed(tmp_path):
     g, t = pair(tmp_path, errors={2: 1e-4}, amplify={3: 4.0, 4: 3.0})
     d = diagnose(g, t, replay=False)
-    assert d.verdict == "fault" and d.culprit["module"] == "layers.2"
-    assert {c["module"] for c in d.candidates} == {"layers.2"}
+    assert d.verdict == "fault" and d.culprit.module == "layers.2"
+    assert {c.module for c in d.candidates} == {"layers.2"}
 
 
 def test_rounding_noise_everywhere_passes(tmp_path):
@@ -86,9 +86,9 @@ def test_rounding_noise_everywhere_passes(tmp_path):
 def test_subtle_fault_far_above_rounding_but_high_cosine_is_found(tmp_path):
     g, t = pair(tmp_path, errors={k: 2 * U32 for k in range(8)} | {5: 400 * U32}, n=8)
     d = diagnose(g, t, replay=False)
-    out = d.evidence["outputs"][0]
+    out = d.evidence.outputs[0]
     assert out["cosine"] > 0.9999999  # a fixed cosine threshold would call this a pass
-    assert d.verdict == "fault" and d.culprit["module"] == "layers.5"
+    assert d.verdict == "fault" and d.culprit.module == "layers.5"
 
 
 def test_inputs_differ_blames_no_op(tmp_path):
@@ -96,15 +96,15 @@ def test_inputs_differ_blames_no_op(tmp_path):
     d = diagnose(g, t, replay=False)
     assert d.verdict == "inputs-differ"
     assert d.culprit is None
-    assert [e["target"] for e in d.evidence["inputs"]] == ["Model#0/forward/input/0"]
+    assert [e["target"] for e in d.evidence.inputs] == ["Model#0/forward/input/0"]
 
 
 def test_overflow_names_the_op_where_inf_first_appears(tmp_path):
     g, t = pair(tmp_path, errors={}, specials={2: np.inf})
     d = diagnose(g, t, replay=False)
     assert d.verdict == "overflow"
-    assert d.culprit["module"] == "layers.2"
-    assert d.culprit["golden_overflows"] is False
+    assert d.culprit.module == "layers.2"
+    assert d.culprit.golden_overflows is False
 
 
 def test_drift_without_a_single_culprit(tmp_path):
@@ -113,16 +113,16 @@ def test_drift_without_a_single_culprit(tmp_path):
     d = diagnose(g, t, replay=False)
     assert d.verdict == "drift", d.summary
     assert d.culprit is None
-    assert d.evidence["top_contributors"]
+    assert d.evidence.top_contributors
 
 
 @pytest.mark.parametrize("mode", ["stats", "hash"])
 def test_fault_found_without_tensor_data(tmp_path, mode):
     g, t = pair(tmp_path, errors={4: 1e-3}, mode=mode)
     d = diagnose(g, t, replay=True)
-    assert d.verdict == "fault" and d.culprit["module"] == "layers.4"
+    assert d.verdict == "fault" and d.culprit.module == "layers.4"
     assert any("mode only" in w for w in d.warnings)
-    assert d.replay["status"] == "skipped"
+    assert d.replay.status == "skipped"
 
 
 def _module_run(path, fault: str | None):
@@ -157,9 +157,9 @@ def test_module_level_parent_code_is_blamed(tmp_path, fault):
     _module_run(tmp_path / "target", fault)
     d = diagnose(load(tmp_path / "golden"), load(tmp_path / "target"), replay=False)
     assert d.verdict == "fault"
-    assert d.culprit["module"] == "block", d.summary
-    assert d.culprit["op"] == "Block"
-    assert d.culprit["how"] == ("parent" if fault == "between" else "output")
+    assert d.culprit.module == "block", d.summary
+    assert d.culprit.op == "Block"
+    assert d.culprit.how == ("parent" if fault == "between" else "output")
 
 
 def test_unused_extra_output_is_not_a_culprit(tmp_path):
@@ -189,7 +189,7 @@ def test_golden_values_beyond_fp16_range_warn(tmp_path):
         run.close()
     d = diagnose(load(tmp_path / "golden"), load(tmp_path / "target"), replay=False)
     assert d.verdict == "overflow"
-    assert d.culprit["module"] == "scale"
+    assert d.culprit.module == "scale"
     assert any("beyond float16's range" in w for w in d.warnings)
 
 

@@ -135,7 +135,7 @@ def test_readme_runs_and_its_quick_start_finds_the_fault(workdir):
     from opdiff.diagnose import diagnose
 
     d = diagnose(opdiff.load(workdir / "runs/golden"), opdiff.load(workdir / "runs/target"), replay=False)
-    assert d.verdict == "fault" and d.culprit["module"] == "transformer.h.2.ln_2"
+    assert d.verdict == "fault" and d.culprit.module == "transformer.h.2.ln_2"
 
 
 @pytest.mark.parametrize("doc", [d for d in DOCS if d.name != "README.md"], ids=lambda d: d.name)

@@ -100,7 +100,7 @@ def test_tampered_initializer_on_the_ort_side_is_named(bert_export, tmp_path):
     assert meta["observed"]["outputs_bitwise_equal"] and meta["modules"]["signatures"]
     d = diagnose(bert_export / "golden", tmp_path / "t")
     assert d.verdict == "fault"
-    assert d.culprit["module"] == "encoder.layer.1.intermediate.dense" and d.culprit["op"] == "Linear"
+    assert d.culprit.module == "encoder.layer.1.intermediate.dense" and d.culprit.op == "Linear"
 
 
 def test_cnn_clean_passes_and_tampered_conv_is_named(tmp_path):
@@ -119,7 +119,7 @@ def test_cnn_clean_passes_and_tampered_conv_is_named(tmp_path):
     bad = _tamper(paths["model"], tmp_path / "bad.onnx", "wrapped_model.conv2.weight")
     capture_onnx(bad, paths["inputs"], tmp_path / "tb", level="module", opt_level="extended")  # conv2's output kept
     d = diagnose(paths["golden"], tmp_path / "tb")
-    assert d.verdict == "fault" and d.culprit["module"] == "conv2"
+    assert d.verdict == "fault" and d.culprit.module == "conv2"
 
 
 def test_without_signatures_a_mapping_file_pairs_the_modules(tmp_path):

@@ -37,8 +37,8 @@ def _pair(fault: str, model: str = "gpt2"):
 def test_hunt_finds_the_culprit_with_a_small_tensor_dump(tmp_path):
     golden, target, inj = _pair("weight_row")
     res = opdiff.hunt(golden, target, tmp_path / "h")
-    assert res.verdict == "fault" and res.culprit["module"] == inj.module
-    assert res.region == inj.module and res.stats_diagnosis.culprit["module"] == inj.module
+    assert res.verdict == "fault" and res.culprit.module == inj.module
+    assert res.region == inj.module and res.stats_diagnosis.culprit.module == inj.module
     assert [p.name for p in res.passes] == ["pass1-golden", "pass1-target", "pass2-golden", "pass2-target"]
     assert all(p.tensor_bytes == 0 for p in res.passes[:2])  # pass 1 keeps no tensor data
     print(f"hunt ratio (gpt2, 4 layers, 64 wide, module level): {res.ratio:.1f}x "
@@ -63,7 +63,7 @@ def test_hunt_a_training_step(tmp_path):
 
     inj = faults.build_pair("llama", "norm_eps", 2, **SIZE)[3]
     res = opdiff.hunt(step(False), step(True), tmp_path / "h", replay=False)
-    assert res.verdict == "fault" and res.culprit["module"] == inj.module
+    assert res.verdict == "fault" and res.culprit.module == inj.module
     assert any(r.direction == "backward" for r in __import__("opdiff").load(tmp_path / "h" / "pass1-golden"))
     assert res.ratio > 5
 

@@ -193,7 +193,7 @@ def test_compare_and_diagnose_name_the_gelu(dumps):
     assert first_bad == "torch.nn.functional.gelu#1/forward/output/0"
     assert by_name["torch.nn.functional.gelu#0/forward/output/0"].result == "PASS"
     d = diagnose.diagnose(g, t)
-    assert d.verdict == "fault" and d.culprit["op"] == "torch.nn.functional.gelu" and d.culprit["node"].endswith("#1")
+    assert d.verdict == "fault" and d.culprit.op == "torch.nn.functional.gelu" and d.culprit.node.endswith("#1")
 
 
 def test_missing_tensor_file_is_na_rest_runs(dumps, tmp_path):
@@ -239,5 +239,5 @@ def test_verdicts_equal_opdiff_capture(dumps, tmp_path):
         assert diagnose.diagnose(side["g"], side["g2"]).verdict == "pass"
     d_ours, d_ms = diagnose.diagnose(ours["g"], ours["t"]), diagnose.diagnose(ms["g"], ms["t"])
     assert d_ours.verdict == d_ms.verdict == "fault"
-    assert d_ours.culprit["op"] == d_ms.culprit["op"] == "torch.nn.functional.gelu"
-    assert "h.1." in d_ours.culprit["module"] and d_ms.culprit["node"].endswith("#1")  # msprobe L1: no module path
+    assert d_ours.culprit.op == d_ms.culprit.op == "torch.nn.functional.gelu"
+    assert "h.1." in d_ours.culprit.module and d_ms.culprit.node.endswith("#1")  # msprobe L1: no module path

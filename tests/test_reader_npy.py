@@ -87,7 +87,7 @@ def test_msaccucmp_tree_compare_and_diagnose(tmp_path):
     assert links["logits_MatMul/MatMul#0/forward/input/0"] == "dense_Gelu/Gelu#0/forward/output/0"
     assert links["logits_MatMul/MatMul#0/forward/input/1"] is None  # a weight: no recorded op made it
     d = diagnose.diagnose(g, t)
-    assert d.verdict == "fault" and d.culprit["node"] == "dense_Gelu/Gelu#0"
+    assert d.verdict == "fault" and d.culprit.node == "dense_Gelu/Gelu#0"
     assert diagnose.diagnose(g, opdiff.load(tmp_path / "g2")).verdict == "pass"
     clean = _cli("compare", str(tmp_path / "g"), str(tmp_path / "g2"), "-o", str(tmp_path / "c0"), "--no-progress")
     assert clean.returncode == 0, clean.stdout + clean.stderr
@@ -106,6 +106,6 @@ def test_precision_tool_tf_layout(tmp_path):
     assert [r.name for r in gd] == [f"{op}#0/forward/output/0" for op in
                                     ("dense_MatMul", "dense_BiasAdd", "dense_Gelu", "logits_MatMul", "probs_Softmax")]
     d = diagnose.diagnose(gd, opdiff.load(t))
-    assert d.verdict == "fault" and d.culprit["op"] == "dense_Gelu"
+    assert d.verdict == "fault" and d.culprit.op == "dense_Gelu"
     ops = npy_dumps.run_model()
     assert np.array_equal(gd.tensor("dense_Gelu#0/forward/output/0"), ops[2][3])

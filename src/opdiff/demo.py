@@ -68,11 +68,10 @@ def pick(model_name: str, seed: int | None, fault: str | None) -> tuple[str, int
 def run_demo(out: str | Path = "opdiff-demo", *, model: str = "gpt2", level: str = "aten", force: bool = False,
              fault: str | None = None, seed: int | None = None, console: Console | None = None) -> DemoResult:
     """Run the demo; the fault stays hidden until the diagnosis is printed."""
+    from . import report
     from .capture import capture
     from .compare import compare
     from .diagnose import diagnose
-    from .diagnose.report import render, write_json
-    from .report import WRITERS, print_summary, write_html
     from .store import load
     from .testing import faults, zoo
 
@@ -100,21 +99,21 @@ def run_demo(out: str | Path = "opdiff-demo", *, model: str = "gpt2", level: str
     reports = []
     for fmt in ("csv", "xlsx", "json"):
         path = out / f"compare.{fmt}"
-        WRITERS[fmt](cmp, path)
+        report.write(cmp, fmt, path)
         reports.append(str(path))
-    print_summary(cmp, console=c, top=3, outputs=reports, allow_unmatched=True)
+    report.render(cmp, c, top=3, outputs=reports, allow_unmatched=True)
     secs["compare"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
     d = diagnose(g, t, comparison=cmp)
     secs["diagnose"] = time.perf_counter() - t2
     c.rule("diagnosis")
-    render(d, c, golden=str(out / "golden"), target=str(out / "target"))
-    write_json(d, out / "diagnosis.json")
-    write_html(cmp, out / "report.html", diagnosis=d, title=f"opdiff demo: {model} at {level} level")
+    report.render(d, c, golden=str(out / "golden"), target=str(out / "target"))
+    report.write(d, "json", out / "diagnosis.json")
+    report.write(d, "html", out / "report.html", comparison=cmp, title=f"opdiff demo: {model} at {level} level")
     reports += [str(out / "diagnosis.json"), str(out / "report.html")]
 
-    culprit = d.culprit["module"] if d.culprit else None
+    culprit = d.culprit.module if d.culprit else None
     found = d.verdict in inj.verdicts and (inj.module is None or culprit == inj.module)
     c.rule("the secret")
     c.print(f"injected: [bold]{secret}[/] — {inj.description}")

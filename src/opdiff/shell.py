@@ -15,7 +15,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
@@ -28,6 +28,12 @@ from .errors import OpdiffError
 from .store import Dump, Record
 from .store.format import numpy_dtype
 
+if TYPE_CHECKING:
+    from .base.pair import PairResult
+    from .compare.run import Comparison
+    from .diagnose.verdict import Diagnosis
+    from .match.mapping import Mapping
+
 
 @dataclass
 class Session:
@@ -35,10 +41,10 @@ class Session:
 
     golden: Dump
     target: Dump | None = None
-    mapping: Any = None
-    comparison: Any = None
-    diagnosis: Any = None
-    _pair_of: dict[str, Any] = field(default_factory=dict)
+    mapping: Mapping | None = None
+    comparison: Comparison | None = None
+    diagnosis: Diagnosis | None = None
+    _pair_of: dict[str, PairResult] = field(default_factory=dict)
 
     def side(self, which: str) -> Dump:
         if which in ("g", "golden"):
@@ -49,7 +55,7 @@ class Session:
             return self.target
         raise OpdiffError(f"unknown side {which!r}: use golden or target")
 
-    def compare(self):
+    def compare(self) -> Comparison:
         if self.target is None:
             raise OpdiffError("compare needs a target dump (start the shell with GOLDEN TARGET)")
         if self.comparison is None:
@@ -62,7 +68,7 @@ class Session:
                         self._pair_of.setdefault(rec.name, r)
         return self.comparison
 
-    def pair_for(self, name: str):
+    def pair_for(self, name: str) -> PairResult | None:
         self.compare()
         return self._pair_of.get(name)
 
@@ -141,14 +147,14 @@ class Shell(cmd.Cmd):
     intro = "opdiff shell — type help or ? to list commands, quit to leave."
     prompt = "opdiff> "
 
-    def __init__(self, session: Session, console: Console | None = None, stdin=None):
+    def __init__(self, session: Session, console: Console | None = None, stdin: IO[str] | None = None):
         super().__init__(stdin=stdin)
         self.s = session
         self.con = console or Console(width=160)
         if stdin is not None and not stdin.isatty():
             self.use_rawinput = False
             self.prompt = ""
-            self.intro = None
+            self.intro = ""
 
     # -- plumbing ----------------------------------------------------------------------
     def onecmd(self, line: str) -> bool:
@@ -209,9 +215,8 @@ class Shell(cmd.Cmd):
     def emptyline(self) -> bool:
         return False
 
-    def default(self, line: str) -> bool:
+    def default(self, line: str) -> None:
         self.con.print(f"[red]unknown command:[/] {safe(line.split()[0])} (type help)")
-        return False
 
     @staticmethod
     def _args(line: str) -> list[str]:
@@ -300,7 +305,7 @@ class Shell(cmd.Cmd):
         dump, ref, rest = self._side_and_ref(line)
         r = resolve(dump, ref)
         arr = dump.tensor(r)
-        opts = {"threshold": sys.maxsize} if "--full" in rest else {"threshold": 200, "edgeitems": 3}
+        opts: dict[str, Any] = {"threshold": sys.maxsize} if "--full" in rest else {"threshold": 200, "edgeitems": 3}
         with np.printoptions(precision=6, suppress=False, linewidth=150, **opts):
             shown = arr.astype(np.float32) if numpy_dtype(r.dtype).kind == "V" or r.dtype in ("bfloat16",) or r.dtype.startswith("float8") else arr
             self.con.print(f"[bold]{safe(r.name)}[/] {safe(r.dtype)} {list(r.shape)}", highlight=False)
@@ -369,9 +374,9 @@ class Shell(cmd.Cmd):
 
             self.s.diagnosis = diagnose(self.s.golden, self.s.side("target"), mapping=self.s.mapping,
                                         comparison=self.s.compare())
-        from .diagnose.report import render
+        from . import report
 
-        render(self.s.diagnosis, self.con)
+        report.render(self.s.diagnosis, self.con)
 
     def do_quit(self, line: str) -> bool:
         """quit: leave the shell."""
@@ -381,8 +386,8 @@ class Shell(cmd.Cmd):
     do_EOF = do_quit
 
 
-def run_shell(golden: Dump, target: Dump | None = None, mapping=None, commands: list[str] | None = None,
-              stdin=None) -> None:
+def run_shell(golden: Dump, target: Dump | None = None, mapping: Mapping | None = None,
+              commands: list[str] | None = None, stdin: IO[str] | None = None) -> None:
     """Run the shell; with `commands`, run them in order and return (scripting and tests)."""
     sh = Shell(Session(golden=golden, target=target, mapping=mapping), stdin=stdin or sys.stdin)
     if commands:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from .record import Record
-from .vocab import NA
+from .vocab import NA, PairStatus, PairVerdict
 
 MetricValue = float | int | bool | str | None  # a number, a flag (hash_equal), a message (err_message), or N/A
 
@@ -81,10 +81,10 @@ class PairResult:
     golden: Record | None
     target: Record | None
     match: str
-    status: str
+    status: PairStatus
     mode: str  # tensor | stats | hash: what the numbers were computed from
     metrics: Metrics = field(default_factory=Metrics)  # named fields (docs/metrics.md)
-    result: str = NA  # PASS | WARNING | FAIL | N/A
+    result: PairVerdict = NA
     bitwise_equal: bool | None = None
     err_message: str = ""
     note: str = ""  # how the pair was made when not by equal names (mapping rule, fusion, cut-off dump)

@@ -6,13 +6,15 @@ import os
 from contextlib import AbstractContextManager
 from typing import Any
 
+from . import tensorflow
 from .backend import CaptureBackend, LazyBackend
 from .onnxruntime.backend import BACKEND as ONNXRUNTIME
 
-# The first backend whose handles(model) is true captures it. Add a framework with one line here.
+# The first backend whose handles(model) is true captures it. Add a framework with one line here: every
+# backend is a LazyBackend naming the module whose capture(model, path, **options) it calls.
 BACKENDS: tuple[CaptureBackend, ...] = (
     LazyBackend("torch", "opdiff.capture.torch", ("torch",)),
-    LazyBackend("tensorflow", "opdiff.capture.tensorflow", ("keras", "tensorflow", "tf_keras")),
+    LazyBackend("tensorflow", "opdiff.capture.tensorflow", tensorflow.PACKAGES),
     ONNXRUNTIME,
 )
 

@@ -34,13 +34,20 @@ def defined_in(model: object, *packages: str) -> bool:
     return False
 
 
+def lazy(module: str, name: str, package: str | None = None) -> Any:
+    """`name` from `module`, imported now (the one way capture code defers a framework import)."""
+    from importlib import import_module
+
+    return getattr(import_module(module, package), name)
+
+
 @dataclass(frozen=True)
 class LazyBackend:
     """A backend named by the module that implements it, imported on first use."""
 
     framework: str
     module: str  # e.g. "opdiff.capture.torch": exposes capture(model, path, **options)
-    packages: tuple[str, ...]  # top-level packages whose classes this backend captures
+    packages: tuple[str, ...] = ()  # top-level packages whose classes this backend captures
     accepts: Callable[[object], bool] | None = None  # a finer check than the class's package, if needed
 
     def handles(self, model: object) -> bool:
@@ -49,7 +56,5 @@ class LazyBackend:
         return defined_in(model, *self.packages)
 
     def capture(self, model: Any, path: str | os.PathLike[str], **options: Any) -> AbstractContextManager[Any]:
-        from importlib import import_module
-
-        impl: Callable[..., AbstractContextManager[Any]] = import_module(self.module).capture
+        impl: Callable[..., AbstractContextManager[Any]] = lazy(self.module, "capture")
         return impl(model, path, **options)

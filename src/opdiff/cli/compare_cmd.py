@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..base.errors import OpdiffError
-from ..base.outdir import check_replaceable, check_writable, claim_dir, write_atomic
+from ..base.outdir import check_replaceable, check_writable, claim_dir
 from .common import open_dump
 from .dask_opts import dask_options
 
@@ -97,16 +97,16 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     t = open_dump(target, rank, step, allow_partial)
     out_dir = Path(out)
     _prepare_out(out_dir, force, fmts)
+    from .. import report
     from ..compare.run import compare  # the kernels load only once the input is known to be good
-    from ..report import WRITERS, print_summary
 
     cmp = compare(g, t, mapping=mapping, mode=mode, thresholds=th, workers=workers, progress=not no_progress)
     paths = _paths(out_dir, fmts)
     # the verdict first: the report files (XLSX alone takes seconds on big comparisons) are written
     # after it, before the command returns; each to a temporary file renamed into place
-    print_summary(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
+    report.render(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
     for f, path in zip(fmts, paths):
-        write_atomic(path, lambda tmp, f=f: WRITERS[f](cmp, tmp), directory=f == EXPLORER)
+        report.write(cmp, f, path)
     return 0 if cmp.passed(allow_unmatched) else 1
 
 

@@ -47,8 +47,8 @@ def claim_resumable(out: Path, force: bool) -> None:
 def run_compare(golden: str, target: str, out: Path, *, scheduler: str, placement: str | None, shard_mb: int,
                 fmts: list[str], top: int, allow_unmatched: bool, **kw: Any) -> int:
     """`opdiff compare --scheduler`: every selected (rank, step) part, reports per part."""
+    from .. import report
     from ..compare.distributed import compare_distributed
-    from ..report import WRITERS, print_summary
 
     claim_resumable(out, kw.pop("force"))
     run = compare_distributed(golden, target, out, scheduler=scheduler, placement=placement,
@@ -56,11 +56,10 @@ def run_compare(golden: str, target: str, out: Path, *, scheduler: str, placemen
     for (rank, step), cmp in sorted(run.comparisons.items()):
         where = out if len(run.comparisons) == 1 and not run.failed else out / f"rank{rank}-step{step}"
         where.mkdir(exist_ok=True)
-        written = []
-        for f in fmts:
-            WRITERS[f](cmp, where / f"compare.{f}")
-            written.append(str(where / f"compare.{f}"))
-        print_summary(cmp, top=top, outputs=written, allow_unmatched=allow_unmatched)
+        paths = [report.output_path(where, f, "compare") for f in fmts]
+        report.render(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
+        for f, path in zip(fmts, paths):
+            report.write(cmp, f, path)
     click.echo(f"dask: {len(run.comparisons)} parts compared on {run.workers} workers in {run.elapsed:.1f} s; "
                f"{len(run.computed)} tasks computed, {len(run.reused)} reused from {out}")
     for _part, why in sorted(run.failed.items()):

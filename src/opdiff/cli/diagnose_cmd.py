@@ -6,7 +6,6 @@ could be replayed, 1 when it could not, 2 on bad input.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -15,12 +14,11 @@ import click
 from rich.console import Console
 
 from ..base.errors import OpdiffError
-from ..base.outdir import check_replaceable, check_writable, write_atomic
+from ..base.outdir import check_replaceable, check_writable
 from ..base.termsafe import safe, safe_deep
+from ..base.vocab import TORCH_LEVELS as LEVELS
 from .common import open_dump
 from .dask_opts import dask_options
-
-LEVELS = ("module", "api", "aten")
 
 
 def _out_file(path: str | None, force: bool) -> Path | None:
@@ -59,8 +57,8 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     One verdict: pass, inputs-differ, overflow, fault (with the culprit op) or drift.
     Exits 0 on pass, 1 on any other verdict, 2 on bad input.
     """
+    from .. import report
     from ..diagnose import diagnose
-    from ..diagnose.report import render, to_json_text, write_json
     from ..match.mapping import load_mapping
 
     out_path = _out_file(out, force)
@@ -84,16 +82,13 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
         cmp = cmp or html_cmp
     d = diagnose(g, t, mapping=mapping, comparison=cmp, replay=replay, level=level, workers=workers, rank=rank, step=step)
     if out_path is not None:
-        write_atomic(out_path, lambda tmp: write_json(d, tmp))
+        report.write(d, "json", out_path)
     if html_path is not None:
-        from ..report import write_html
-
-        title = f"opdiff diagnose: {g.root.name} vs {t.root.name}"
-        write_atomic(html_path, lambda tmp: write_html(html_cmp, tmp, diagnosis=d, title=title))
+        report.write(d, "html", html_path, comparison=html_cmp, title=f"opdiff diagnose: {g.root.name} vs {t.root.name}")
     if as_json:
-        click.echo(to_json_text(d))
+        click.echo(report.text(d))
     else:
-        render(safe_deep(d), Console(width=160), golden=safe(g.root), target=safe(t.root))
+        report.render(safe_deep(d), Console(width=160), golden=safe(g.root), target=safe(t.root))
         for p in (out_path, html_path):
             if p is not None:
                 click.echo(f"written: {safe(p)}")
@@ -116,35 +111,17 @@ def replay_cmd(golden, target, op, golden_op, as_json, rank, step, allow_partial
     Supported: api and aten ops from their call lines; at module level Linear, Conv1D, Embedding and
     activations. Exits 0 when the op was replayed, 1 when it could not be, 2 on bad input.
     """
-    from ..diagnose.report import fmt
-    from ..metrics.names import COSINE, column
+    from .. import report
     from ..replay import replay
 
     g = open_dump(golden, rank, step, allow_partial, "diagnose")
     t = open_dump(target, rank, step, allow_partial, "diagnose")
     res = replay(g, t, op, golden_node=golden_op)
     if as_json:
-        click.echo(json.dumps(res.to_json(), indent=2, default=str))
-        return 0 if res.status == "ok" else 1
-    c = Console(width=160)
-    c.print(f"[bold]replay[/] {safe(res.node)}  ({safe(res.level)} op {safe(res.op or '?')} in {safe(res.module or '<root>')})")
-    if res.status != "ok":
-        c.print(f"[yellow]could not replay:[/] {safe(res.reason)}")
-        return 1
-    if res.input_dtypes:
-        c.print("inputs: golden data cast to the target's dtypes " +
-                ", ".join(f"{k}={v}" for k, v in res.input_dtypes.items()))
-    for d in res.arg_differences:
-        c.print(f"argument {d['arg']}: golden {d['golden']!r}, target {d['target']!r}")
-    for o in res.outputs:
-        parts = [f"output {o['pos']}"]
-        for key, label in (("replay_vs_golden", "replay vs golden"), ("replay_vs_target", "replay vs target"),
-                           ("target_vs_golden", "target vs golden")):
-            if o.get(key):
-                parts.append(f"{label}: {fmt(o[key]['error_units'])} units (cos {fmt(o[key][column(COSINE)], 9)})")
-        c.print("  " + " | ".join(parts))
-    c.print(f"[bold]conclusion:[/] {res.conclusion}")
-    return 0
+        click.echo(report.text(res))
+    else:
+        report.render(res, Console(width=160))
+    return 0 if res.status == "ok" else 1
 
 
 def register(cli: click.Group) -> None:

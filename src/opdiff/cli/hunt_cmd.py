@@ -6,46 +6,9 @@ reproduce itself when re-run.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
 import click
 
-from ..base.errors import OpdiffError
-
-LEVELS = ("module", "api", "aten")
-
-
-def load_entry(spec: str) -> Callable[..., Any]:
-    """The function named by `path/to/script.py:fn` or `package.module:fn`."""
-    source, sep, name = spec.rpartition(":")
-    if not sep or not source or not name.isidentifier():
-        raise OpdiffError(f"{spec}: expected SCRIPT.py:FUNCTION or MODULE:FUNCTION")
-    if source.endswith(".py") or "/" in source:
-        path = Path(source)
-        if not path.is_file():
-            raise OpdiffError(f"{path}: no such script")
-        mod_name = f"opdiff_hunt_{abs(hash(str(path.resolve())))}"
-        mod = sys.modules.get(mod_name)
-        if mod is None:
-            loader = importlib.util.spec_from_file_location(mod_name, path)
-            assert loader is not None and loader.loader is not None
-            mod = importlib.util.module_from_spec(loader)
-            sys.modules[mod_name] = mod
-            loader.loader.exec_module(mod)
-    else:
-        try:
-            mod = importlib.import_module(source)
-        except ModuleNotFoundError as exc:
-            raise OpdiffError(f"{source}: cannot import module ({exc})") from None
-    fn = getattr(mod, name, None)
-    if not callable(fn):
-        raise OpdiffError(f"{source}: has no function {name!r}")
-    return fn
+from ..base.vocab import TORCH_LEVELS as LEVELS
 
 
 @click.command("hunt")
@@ -67,20 +30,19 @@ def hunt_cmd(golden, target, out, level, detail_level, stats_mode, widen_by, rep
 
     Exits 0 when the runs agree, 1 on any other verdict, 2 on bad input or a run that does not repeat.
     """
-    import json
-
     from rich.console import Console
 
+    from .. import report
+    from ..capture.entry import load_function
     from ..hunting import hunt
-    from ..hunting.report import render
 
-    g, t = load_entry(golden), load_entry(target)
+    g, t = load_function(golden), load_function(target)
     res = hunt(g, t, out, level=level, detail_level=detail_level, stats_mode=stats_mode, widen_by=widen_by,
                replay=replay, force=force)
     if as_json:
-        click.echo(json.dumps(res.to_json(), indent=2, default=str))
+        click.echo(report.text(res))
     else:
-        render(res, Console(width=160))
+        report.render(res, Console(width=160))
     return res.exit_code
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import click
 
 from ..base.errors import OpdiffError
+from ..base.vocab import TORCH_LEVELS as LEVELS
 from ..capture import runenv
 
-LEVELS = ("module", "api", "aten")
 MODES = ("tensor", "stats", "hash")
 
 

@@ -31,6 +31,8 @@ from ..base.vocab import (
     STATUS_SHAPE_MISMATCH,
     STATUS_UNMATCHED,
     WARNING,
+    PairStatus,
+    PairVerdict,
 )
 from ..match.align import Pair, align
 from ..match.mapping import Mapping, load_mapping
@@ -179,7 +181,7 @@ def _range(rec: Record) -> tuple[float | None, float | None, float] | None:
     return s.min, s.max, s.mean if s.mean is not None else 0.0
 
 
-def _result(pair: Pair, status: str, mode: str, metrics: Metrics | None = None, result: str = NA,
+def _result(pair: Pair, status: PairStatus, mode: str, metrics: Metrics | None = None, result: PairVerdict = NA,
             bitwise: bool | None = None, err: str = "", precision: str = "") -> PairResult:
     return PairResult(index=0, golden=pair.golden, target=pair.target, match=pair.match, status=status, mode=mode,
                       metrics=metrics or Metrics(), result=result, bitwise_equal=bitwise, err_message=err,

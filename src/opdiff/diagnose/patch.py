@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from ..metrics.thresholds import SIGNIFICANT, unit
 from .noise import DRIFT
-from .types import _Keyed
+from .types import _JsonForm
 
 MAX_RUNS = 48  # re-executions the search may spend beyond the first three
 NEEDED = 1.25  # leaving a culprit out must leave this much more error than the full repair does
@@ -47,7 +47,7 @@ class Patcher(Protocol):
 
 
 @dataclass
-class PatchCulprit(_Keyed):
+class PatchCulprit(_JsonForm):
     """One module the repair needs, with the model-output errors that prove it."""
 
     module: str
@@ -57,7 +57,7 @@ class PatchCulprit(_Keyed):
 
 
 @dataclass
-class PatchProof(_Keyed):
+class PatchProof(_JsonForm):
     """What patching showed: status, the model-output error before and after, every culprit needed."""
 
     status: str  # confirmed | found | agrees | not-found | skipped | error

@@ -16,7 +16,6 @@ from .inputs import differing_inputs
 from .local import calibrate, events
 from .overflow import first_overflow, fit_warnings, golden_overflows
 from .patch import Patcher
-from .types import ReplayResult
 from .verdict import Diagnosis, decide
 
 if TYPE_CHECKING:
@@ -159,4 +158,4 @@ def confirm_culprit(golden: Dump, target: Dump, diag: Diagnosis) -> None:
     from ..replay import confirm
 
     names = golden_names(diag.graph, diag.culprit.node) if diag.graph is not None else {}
-    diag.replay = ReplayResult.from_json(confirm(golden, target, diag, names))
+    diag.replay = confirm(golden, target, diag, names)

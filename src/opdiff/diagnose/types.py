@@ -1,21 +1,19 @@
-"""Typed parts of a Diagnosis: Culprit, Candidate, Evidence, ReplayResult (schema: docs/diagnose.md).
+"""Typed parts of a Diagnosis: Culprit, Candidate, Evidence (schema: docs/diagnose.md).
 
-The JSON writer derives from these types (`to_json`). Each keeps read access by key
-(`culprit["module"]`, `evidence.get("inputs", [])`) so that code written against the plain
-dicts of schema version 1 keeps working; optional fields are left out of the JSON while unset.
+The JSON writer derives from these types (`to_json`); optional fields are left out of the JSON while unset.
+Read them as attributes (`culprit.module`, `evidence.inputs`); the replay's result is replay.ReplayResult.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, KeysView
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, ClassVar
 
 TensorInfo = dict[str, Any]  # one tensor pair as the reports show it (docs/diagnose.md, TensorInfo)
 
 
-class _Keyed:
-    """Mapping-style access to a dataclass's JSON form, and the JSON form itself."""
+class _JsonForm:
+    """The JSON form of a dataclass of the diagnosis (docs/diagnose.md): fields are read as attributes."""
 
     __dataclass_fields__: ClassVar[dict[str, Field[Any]]]  # each subclass is a dataclass
     OPTIONAL: ClassVar[frozenset[str]] = frozenset()  # fields written only when set
@@ -27,35 +25,12 @@ class _Keyed:
             v = getattr(self, f.name)
             if f.name in self.OPTIONAL and (v is None or (self.DROP_EMPTY and (v == [] or v == {}))):
                 continue
-            out[f.name] = v.to_json() if isinstance(v, _Keyed) else v
+            out[f.name] = v.to_json() if isinstance(v, _JsonForm) else v
         return out
-
-    def __getitem__(self, key: str) -> Any:
-        doc = self.to_json()
-        if key not in doc:
-            raise KeyError(key)
-        return doc[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.to_json().get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.to_json()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.to_json())
-
-    def keys(self) -> KeysView[str]:
-        return self.to_json().keys()
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if key not in {f.name for f in fields(self)}:
-            raise KeyError(f"{type(self).__name__} has no field {key!r}")
-        setattr(self, key, value)
 
 
 @dataclass
-class Culprit(_Keyed):
+class Culprit(_JsonForm):
     """The op (or module, or optimizer update) to blame, where and why."""
 
     module: str
@@ -83,7 +58,7 @@ class Culprit(_Keyed):
 
 
 @dataclass
-class Candidate(_Keyed):
+class Candidate(_JsonForm):
     """One ranked suspect (`rank` is its place in the list, 1 = the culprit)."""
 
     rank: int
@@ -113,7 +88,7 @@ class OpCandidate(Candidate):
 
 
 @dataclass
-class Evidence(_Keyed):
+class Evidence(_JsonForm):
     """The tensors and settings a verdict rests on; each list left out of the JSON while empty."""
 
     inputs: list[TensorInfo] = field(default_factory=list)
@@ -131,30 +106,4 @@ class Evidence(_Keyed):
                           "gradients", "arrived_from", "parts"})
 
 
-@dataclass
-class ReplayResult(_Keyed):
-    """What replaying the culprit on golden's inputs showed (or why it was skipped)."""
-
-    status: str  # ok | skipped | error
-    reason: str | None = None
-    conclusion: str | None = None
-    confirmed: bool | None = None
-    node: str | None = None
-    op: str | None = None
-    module: str | None = None
-    level: str | None = None
-    input_dtypes: dict[str, Any] | None = None
-    arg_differences: list[dict[str, Any]] | None = None
-    outputs: list[dict[str, Any]] | None = None
-
-    DROP_EMPTY = False  # a replay that ran writes every field, empty or not
-    OPTIONAL = frozenset({"reason", "conclusion", "confirmed", "node", "op", "module", "level", "input_dtypes",
-                          "arg_differences", "outputs"})
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> ReplayResult:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in doc.items() if k in known})
-
-
-__all__ = ["Culprit", "Candidate", "OpCandidate", "Evidence", "ReplayResult", "TensorInfo"]
+__all__ = ["Culprit", "Candidate", "OpCandidate", "Evidence", "TensorInfo"]

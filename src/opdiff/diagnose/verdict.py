@@ -7,14 +7,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base.vocab import FAIL
+from ..base.vocab import FAIL, Verdict
 from ..metrics import names as M
+from ..replay.result import ReplayResult
 from .graph import Graph, Node, Tensor
 from .local import Event, contributions, propagates
 from .noise import DRIFT, Noise
 from .overflow import Overflow
 from .patch import PatchProof
-from .types import Candidate, Culprit, Evidence, OpCandidate, ReplayResult, TensorInfo
+from .types import Candidate, Culprit, Evidence, OpCandidate, TensorInfo
 
 SCHEMA_VERSION = 1
 # an event this many times weaker than the strongest is not taken as the culprit just for being earlier
@@ -25,7 +26,7 @@ CULPRIT_MARGIN = 1e3
 class Diagnosis:
     """The answer of diagnose: one verdict, the culprit if any, and why (docs/diagnose.md)."""
 
-    verdict: str
+    verdict: Verdict
     summary: str
     culprit: Culprit | None = None
     first_divergence: dict[str, Any] | None = None  # TensorInfo, plus step, direction and rank

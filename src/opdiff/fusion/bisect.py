@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -23,7 +24,7 @@ class Bisection:
     def seconds(self) -> float:
         return sum(s for _, _, s in self.runs)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"switches": self.switches, "culprits": self.culprits, "runs": len(self.runs),
                 "seconds": round(self.seconds, 3),
                 "tried": [{"off": off, "passed": ok, "seconds": round(s, 3)} for off, ok, s in self.runs]}

@@ -70,7 +70,7 @@ def _options_with_off(options: dict[str, Any], off: frozenset[str]) -> dict[str,
     return {**options, **{s: SWITCHES[s] for s in off}}
 
 
-def _run_compiled(model, inputs, path: Path, regions: list[str], options: dict[str, Any]) -> dict[str, Any]:
+def _run_compiled(model: torch.nn.Module, inputs: Any, path: Path, regions: list[str], options: dict[str, Any]) -> dict[str, Any]:
     """One compiled capture from a clean dynamo state; returns its meta["observed"]."""
     import json
 
@@ -84,7 +84,7 @@ def _run_compiled(model, inputs, path: Path, regions: list[str], options: dict[s
     return observed
 
 
-def kernel_provenance(model, inputs, regions: list[str], options: dict[str, Any]) -> dict[str, list[str]]:
+def kernel_provenance(model: torch.nn.Module, inputs: Any, regions: list[str], options: dict[str, Any]) -> dict[str, list[str]]:
     """Kernel name -> post-grad FX nodes it computes, from Inductor's provenance tracking (no caches).
 
     Inductor keeps the mapping only while it compiles a graph; it is read when Inductor dumps it (a

@@ -67,8 +67,8 @@ def _settings_for(off: frozenset[str], config: dict[str, str], disabled: list[st
     return names, cfg
 
 
-def fusion_onnx(model: str | Path, inputs: str | Path | dict, out: str | Path, *, opt_level: str = "all",
-                disabled: list[str] | tuple = (), session_config: dict[str, str] | None = None,
+def fusion_onnx(model: str | Path, inputs: str | Path | dict[str, Any], out: str | Path, *, opt_level: str = "all",
+                disabled: list[str] | tuple[str, ...] = (), session_config: dict[str, str] | None = None,
                 thresholds: Any = None, force: bool = False, workers: int | None = 1) -> FusionResult:
     """Golden: `model` with optimization off; target: with `opt_level`; compare; bisect if they differ."""
     t0 = time.perf_counter()
@@ -137,13 +137,13 @@ def _made_by_culprit(target: dict[str, list[str]], fixed: dict[str, list[str]]) 
 
 
 def _write_reports(cmp: Comparison, out: Path) -> None:
-    from ..report import WRITERS
+    from .. import report
 
     for fmt in ("csv", "json"):
-        WRITERS[fmt](cmp, out / f"compare.{fmt}")
+        report.write(cmp, fmt, out / f"compare.{fmt}")
 
 
 def _finish(res: FusionResult) -> None:
-    import json
+    from .. import report
 
-    (res.out / RESULT_FILE).write_text(json.dumps(res.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
+    report.write(res, "json", res.out / RESULT_FILE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ class CaptureBlock:
         self.calls = 0
         self.options: dict[str, Any] = {}
 
-    def __call__(self, model, **options: Any):
+    def __call__(self, model: object, **options: Any) -> AbstractContextManager[Any]:
         from .. import capture
 
         bad = sorted(set(options) & set(RESERVED))

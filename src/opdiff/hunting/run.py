@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base.errors import OpdiffError
 from ..base.outdir import prepare_outputs
-from ..compare.rows import write_atomic
+from ..base.vocab import Verdict
 from ..store import Dump, load
 from .capture_fn import CaptureBlock, run_with_capture
 from .volume import PassInfo
+
+if TYPE_CHECKING:
+    from ..diagnose.types import Culprit
+    from ..diagnose.verdict import Diagnosis
 
 OUTPUTS = ("pass1-golden", "pass1-target", "pass2-golden", "pass2-target", "hunt.json", "diagnosis.json")
 STATS_MODES = ("stats", "hash")
@@ -30,16 +33,16 @@ class HuntResult:
     """What hunt found and what each pass cost."""
 
     out: Path
-    verdict: str
-    culprit: dict[str, Any] | None
+    verdict: Verdict
+    culprit: Culprit | None
     region: str | None  # module path pass 2 captured (None: no pass 2)
     include: str | None  # the include regex of pass 2
     passes: list[PassInfo] = field(default_factory=list)
     full_tensor_bytes: int = 0  # estimate of a full tensor dump of both runs, from pass 1's records
     hunt_tensor_bytes: int = 0  # tensor data pass 2 actually stored, both runs
     seconds: dict[str, float] = field(default_factory=dict)
-    diagnosis: Any = None  # the final opdiff.diagnose Diagnosis (pass 2, or pass 1 when no pass 2 ran)
-    stats_diagnosis: Any = None  # pass 1's Diagnosis
+    diagnosis: Diagnosis | None = None  # the final diagnosis (pass 2, or pass 1 when no pass 2 ran)
+    stats_diagnosis: Diagnosis | None = None  # pass 1's
 
     @property
     def ratio(self) -> float | None:
@@ -51,11 +54,12 @@ class HuntResult:
         return 0 if self.verdict == "pass" else 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "culprit": self.culprit, "region": self.region, "include": self.include,
+        return {"verdict": self.verdict, "culprit": self.culprit.to_json() if self.culprit else None, "region": self.region, "include": self.include,
                 "passes": [asdict(p) for p in self.passes], "full_tensor_bytes": self.full_tensor_bytes,
                 "hunt_tensor_bytes": self.hunt_tensor_bytes, "ratio": self.ratio, "seconds": self.seconds,
                 "stats_verdict": self.stats_diagnosis.verdict if self.stats_diagnosis else None,
-                "stats_culprit": self.stats_diagnosis.culprit if self.stats_diagnosis else None}
+                "stats_culprit": (self.stats_diagnosis.culprit.to_json()
+                                  if self.stats_diagnosis and self.stats_diagnosis.culprit else None)}
 
 
 def region_regex(module: str) -> str:
@@ -63,14 +67,14 @@ def region_regex(module: str) -> str:
     return f"^{re.escape(module)}(\\.|$)" if module else ".*"
 
 
-def suspect(diag) -> str | None:
+def suspect(diag: Diagnosis) -> str | None:
     """The module pass 1 blames: the culprit's, else the first divergence's (None: nothing to narrow)."""
     if diag.verdict in ("pass", "inputs-differ"):
         return None
-    for where in (diag.culprit, diag.first_divergence):
-        if where and where.get("module") is not None:
-            return where["module"]
-    return None
+    if diag.culprit is not None:
+        return diag.culprit.module
+    module = (diag.first_divergence or {}).get("module")
+    return module if isinstance(module, str) else None
 
 
 def widen(module: str, levels: int) -> str:
@@ -95,7 +99,7 @@ def _prepare(out: Path, force: bool) -> None:
     prepare_outputs(out, force, OUTPUTS, hint="use --force to replace hunt's outputs")
 
 
-def _capture_pass(fns: dict[str, Callable], out: Path, tag: str, mode: str, level: str,
+def _capture_pass(fns: dict[str, Callable[[CaptureBlock], Any]], out: Path, tag: str, mode: str, level: str,
                   include: str | None) -> dict[str, Dump]:
     dumps = {}
     for side, fn in fns.items():
@@ -115,8 +119,8 @@ def hunt(golden_fn: Callable[[CaptureBlock], Any], target_fn: Callable[[CaptureB
     each time it is called. Pass 1 captures `stats_mode` over everything at `level`; pass 2 captures
     tensors at `detail_level` (default: `level`) of the suspect module (`widen_by` parents up).
     """
+    from .. import report
     from ..diagnose import diagnose
-    from ..diagnose.report import write_json
 
     if stats_mode not in STATS_MODES:
         raise OpdiffError(f"hunt: stats_mode must be one of {', '.join(STATS_MODES)}, not {stats_mode!r}")
@@ -145,8 +149,8 @@ def hunt(golden_fn: Callable[[CaptureBlock], Any], target_fn: Callable[[CaptureB
         res.hunt_tensor_bytes = sum(p.tensor_bytes for p in res.passes[2:])
         res.diagnosis = diagnose(p2["golden"], p2["target"], replay=replay)
         res.verdict, res.culprit = res.diagnosis.verdict, res.diagnosis.culprit
-    write_json(res.diagnosis, out / "diagnosis.json")
+    report.write(res.diagnosis, "json", out / "diagnosis.json")
     secs["total"] = time.perf_counter() - t0
     res.seconds = secs
-    write_atomic(out / "hunt.json", json.dumps(res.to_json(), indent=2, default=str))
+    report.write(res, "json", out / "hunt.json")
     return res

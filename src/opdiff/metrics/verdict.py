@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..base.pair import Metrics
-from ..base.vocab import FAIL, NA, PASS, WARNING
+from ..base.vocab import FAIL, NA, PASS, WARNING, PairVerdict
 from . import names as M
 from .thresholds import Condition, Thresholds, dtype_class
 
@@ -24,7 +24,7 @@ def _violations(conds: list[Condition], metrics: Mapping[str, object], u: float,
 
 
 def verdict(metrics: Metrics, golden_dtype: str, target_dtype: str, mode: str,
-            thresholds: Thresholds, floor: str | None = None) -> tuple[str, str]:
+            thresholds: Thresholds, floor: str | None = None) -> tuple[PairVerdict, str]:
     """(result, reason): the reason names what failed; nan/inf on one side only is always FAIL.
 
     `floor`: the lowest float precision that ran before this pair in either run; the pair is

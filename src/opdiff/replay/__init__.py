@@ -8,31 +8,15 @@ lazily). What is supported is listed in docs/diagnose.md ("Replay").
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from ..base.errors import OpdiffError
 from ..store import Dump
+from .result import ReplayResult
 
-
-@dataclass
-class ReplayResult:
-    """What replaying one op showed."""
-
-    status: str  # ok | unsupported | error
-    node: str
-    op: str = ""
-    module: str = ""
-    level: str = ""
-    reason: str = ""  # why it could not run (status != ok)
-    conclusion: str = ""
-    confirmed: bool | None = None  # the op's own computation explains the target's difference
-    input_dtypes: dict[str, str] = field(default_factory=dict)  # position -> dtype the inputs were cast to
-    arg_differences: list[dict[str, Any]] = field(default_factory=list)  # non-tensor arguments golden vs target
-    outputs: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+if TYPE_CHECKING:
+    from ..diagnose.verdict import Diagnosis
 
 
 def calls_by_node(dump: Dump) -> dict[str, dict[str, Any]]:
@@ -102,24 +86,22 @@ def aligned_names(golden: Dump, target: Dump, node: str) -> dict[str, str]:
     return out
 
 
-def confirm(golden: Dump, target: Dump, diagnosis, golden_inputs: dict[str, str] | None = None) -> dict[str, Any]:
-    """Replay the diagnosis's culprit when the dumps hold what that needs; say why not otherwise."""
+def confirm(golden: Dump, target: Dump, diagnosis: Diagnosis,
+            golden_inputs: dict[str, str] | None = None) -> ReplayResult:
+    """Replay the diagnosis's culprit when the dumps hold what that needs; say why not otherwise
+    (status "skipped": a replay that could not run is reported as skipped, with its reason)."""
     c = diagnosis.culprit
-    node = c.get("node") if c else None
-    if not node:
-        return {"status": "skipped", "reason": "no culprit to replay"}
-    if c.get("how") == "parameter":
-        return {"status": "skipped", "reason": "the culprit's weights differ from golden's: the comparison of the parameters is the proof"}
+    if c is None or not c.node:
+        return ReplayResult.skipped("no culprit to replay")
+    if c.how == "parameter":
+        return ReplayResult.skipped("the culprit's weights differ from golden's: the comparison of the parameters is the proof")
     if not any(r.has_data for r in golden.records[:64]) or not any(r.has_data for r in target.records[:64]):
-        return {"status": "skipped", "reason": "replay needs dumps captured with mode='tensor'"}
+        return ReplayResult.skipped("replay needs dumps captured with mode='tensor'")
     try:
-        res = replay(golden, target, node, golden_node=c.get("golden_node"), golden_inputs=golden_inputs)
+        res = replay(golden, target, c.node, golden_node=c.golden_node, golden_inputs=golden_inputs)
     except OpdiffError as exc:
-        return {"status": "skipped", "reason": str(exc)}
-    out = res.to_json()
-    if res.status != "ok":
-        out["status"] = "skipped"
-    return out
+        return ReplayResult.skipped(str(exc))
+    return res if res.status == "ok" else replace(res, status="skipped")
 
 
 __all__ = ["ReplayResult", "replay", "confirm", "find_node", "calls_by_node"]

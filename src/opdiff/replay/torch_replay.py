@@ -16,13 +16,14 @@ import torch.nn.functional as F
 from ..base.errors import DumpError
 from ..base.pair import Metrics
 from ..base.record import Record
+from ..base.vocab import ReplayStatus
 from ..capture.torch.naming import flatten
 from ..metrics import names as M
 from ..metrics import tensor_metrics
 from ..metrics.thresholds import SIGNIFICANT, unit
 from ..store import Dump
 from ..store.names import parameter_record_name, record_name
-from . import ReplayResult
+from .result import ReplayResult
 
 
 class Unsupported(Exception):
@@ -210,7 +211,7 @@ def _module_fn(golden: Dump, target: Dump, op: str, module: str):
     return lambda ids: F.embedding(ids, w)  # Embedding
 
 
-def _run(fn, call: dict[str, Any], inputs: _Inputs):
+def _run(fn, call: dict[str, Any], inputs: _Inputs | _GoldenInputs):
     args = decode(call.get("args", []), inputs)
     kwargs = decode({"dict": call.get("kwargs", {})}, inputs) if call.get("kwargs") else {}
     with torch.no_grad():
@@ -267,7 +268,7 @@ def replay(golden: Dump, target: Dump, node: str, t_call: dict[str, Any] | None,
     return res
 
 
-def _fail(res: ReplayResult, reason: str, status: str = "unsupported") -> ReplayResult:
+def _fail(res: ReplayResult, reason: str, status: ReplayStatus = "unsupported") -> ReplayResult:
     res.status, res.reason = status, reason
     return res
 

@@ -1,15 +1,14 @@
-"""Reports of a comparison: CSV, XLSX, JSON, HTML, Model Explorer overlays and a console summary
-(docs/compare.md "Outputs", docs/report.md)."""
+"""Every output of a result: CSV, XLSX, JSON, HTML, Model Explorer overlays and the console, through one
+registry keyed by (result type, format): `report.write(result, fmt, path)`, `report.render(result, console)`
+(docs/architecture.md "Results and outputs"; docs/compare.md "Outputs", docs/report.md)."""
 
 from .console import print_summary
 from .csv import write_csv
 from .explorer import write_overlays
 from .html import write_html
 from .json import SCHEMA, SCHEMA_VERSION, comparison_json, write_json
+from .registry import CONSOLE, FOLDERS, WRITERS, formats, output_path, render, text, write, writer
 from .xlsx import write_xlsx
 
-WRITERS = {"csv": write_csv, "xlsx": write_xlsx, "json": write_json, "html": write_html,
-           "model-explorer": write_overlays}
-
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "WRITERS", "comparison_json", "print_summary", "write_csv", "write_html", "write_json", "write_overlays",
-           "write_xlsx"]
+__all__ = ["CONSOLE", "FOLDERS", "SCHEMA", "SCHEMA_VERSION", "WRITERS", "comparison_json", "formats", "output_path", "print_summary",
+           "render", "text", "write", "write_csv", "write_html", "write_json", "write_overlays", "write_xlsx", "writer"]

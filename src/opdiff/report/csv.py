@@ -10,7 +10,7 @@ from ..compare.run import Comparison
 from .table import columns, row
 
 
-def write_csv(cmp: Comparison, path: str | os.PathLike) -> None:
+def write_csv(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     """Write the comparison table as CSV (UTF-8, header row first)."""
     cols = columns(cmp.results)
     with open(path, "w", newline="", encoding="utf-8") as f:

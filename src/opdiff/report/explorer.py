@@ -34,7 +34,7 @@ OVERLAYS = {
 
 def node_values(cmp: Comparison) -> dict[str, dict[str, Any]]:
     """Per opdiff node: lowest cosine, largest error in units, worst verdict (outputs first)."""
-    by_node: dict[str, dict[str, list]] = {}
+    by_node: dict[str, dict[str, list[Any]]] = {}
     for r in cmp.results:
         rec = r.record
         if r.result not in RANK:

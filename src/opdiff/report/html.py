@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compare.run import Comparison
+from ..diagnose.verdict import Diagnosis
 from . import html_data
 
 
@@ -48,7 +49,7 @@ _BODY = """<header><h1 id="title"></h1><div id="sub" class="muted"></div><div id
 </div></main>"""
 
 
-def render(doc: dict[str, Any], plotly: str | None) -> str:
+def page(doc: dict[str, Any], plotly: str | None) -> str:
     """The page's text for the document `doc` (html_data.build)."""
     # inside <script>, "</" would end the element early; plotly.min.js has none of "</script"
     js = (plotly or "").replace("</script", "<\\/script")
@@ -64,10 +65,10 @@ def render(doc: dict[str, Any], plotly: str | None) -> str:
     ])
 
 
-def write_html(cmp: Comparison, path: str | os.PathLike, diagnosis: Any = None, title: str = "opdiff report",
+def write_html(cmp: Comparison, path: str | os.PathLike[str], diagnosis: Diagnosis | None = None, title: str = "opdiff report",
                samples: bool = True) -> None:
     """Write the comparison (and its diagnosis, if given) as one self-contained HTML page."""
     doc = html_data.build(cmp, diagnosis, title=title, samples=samples)
-    text = render(doc, plotly_js())
+    text = page(doc, plotly_js())
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)

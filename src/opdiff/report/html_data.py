@@ -21,6 +21,7 @@ from ..base.pair import PairResult
 from ..base.vocab import FAIL, NA, PASS, WARNING
 from ..compare.run import Comparison
 from ..diagnose.noise import pair_error
+from ..diagnose.verdict import Diagnosis
 from ..metrics import names as M
 from ..metrics.thresholds import ROUNDING_UNIT, unit
 from ..store import Dump
@@ -73,7 +74,7 @@ def plain(x: Any) -> Any:
     return str(x)
 
 
-def diagnosis_data(diagnosis: Any) -> dict[str, Any] | None:
+def diagnosis_data(diagnosis: Diagnosis | None) -> dict[str, Any] | None:
     """The diagnosis' public fields as plain data (missing fields are left out: tolerant of new shapes)."""
     if diagnosis is None:
         return None
@@ -153,8 +154,8 @@ def _diagnosis_names(d: dict[str, Any] | None) -> list[str]:
     evidence, the path of divergence. The first is the pair the page marks as the culprit."""
     if not d:
         return []
-    ev = d.get("evidence") if isinstance(d.get("evidence"), dict) else {}
-    cu = d.get("culprit") if isinstance(d.get("culprit"), dict) else {}
+    ev: dict[str, Any] = d["evidence"] if isinstance(d.get("evidence"), dict) else {}
+    cu: dict[str, Any] = d["culprit"] if isinstance(d.get("culprit"), dict) else {}
     names = [t.get("target") for t in ev.get("outputs") or [] if isinstance(t, dict)]
     names += [cu.get("target"), cu.get("golden")]
     for group in ev.values():
@@ -164,7 +165,7 @@ def _diagnosis_names(d: dict[str, Any] | None) -> list[str]:
     return [n for n in names if isinstance(n, str)]
 
 
-def build(cmp: Comparison, diagnosis: Any = None, title: str = "opdiff report", samples: bool = True) -> dict[str, Any]:
+def build(cmp: Comparison, diagnosis: Diagnosis | None = None, title: str = "opdiff report", samples: bool = True) -> dict[str, Any]:
     """The page's document."""
     rec = _records(cmp.results)
     d = diagnosis_data(diagnosis)

@@ -86,7 +86,7 @@ def comparison_json(cmp: Comparison, worst: int = 20, pairs: bool = True) -> dic
     }
 
 
-def write_json(cmp: Comparison, path: str | os.PathLike) -> None:
+def write_json(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     """Write the JSON report (strict JSON: allow_nan=False), one pair per line, streamed: memory
     does not grow with the number of pairs."""
     head = json.dumps(comparison_json(cmp, pairs=False), separators=(",", ":"), allow_nan=False)

@@ -14,7 +14,7 @@ from .table import columns, row
 FILLS = {PASS: "#C6EFCE", WARNING: "#FFEB9C", FAIL: "#FFC7CE"}  # Excel's good / neutral / bad fills
 
 
-def write_xlsx(cmp: Comparison, path: str | os.PathLike) -> None:
+def write_xlsx(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     """Write the comparison table as one sheet; non-finite numbers are written as text ("nan", "inf")."""
     cols = columns(cmp.results)
     # constant_memory: rows go to disk as they are written, so memory does not grow with the table

@@ -254,6 +254,7 @@ def _activation(model, inputs, block):
 
     path, act = _first(model, block, lambda p, m: _act_kind(m) is not None, "activation")
     kind = _act_kind(act)
+    assert kind is not None  # _first picked a module _act_kind names
     new, what = {
         "gelu": (lambda x: F.gelu(x, approximate="tanh"), "exact GELU -> tanh approximation"),
         "gelu_tanh": (lambda x: F.gelu(x), "tanh-approximated GELU -> exact GELU"),
@@ -420,7 +421,7 @@ def _manual_layernorm(model, inputs, block):
         return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
 
     for m in norms:
-        m.forward = forward.__get__(m)
+        setattr(m, "forward", forward.__get__(m))  # noqa: B010  (mypy: cannot assign to a method)
     return None, f"every LayerNorm computed by hand ({len(norms)}): same math, other rounding"
 
 

@@ -6,7 +6,7 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 
-class ScaleErf(CustomGraphPass):  # type: ignore[misc]
+class ScaleErf(CustomGraphPass):
     """Wrong on purpose: the first erf's result (exact GELU's) times 1.01."""
 
     def __call__(self, g: torch.fx.Graph) -> None:

@@ -28,8 +28,9 @@ def _zoo():
     """opdiff's zoo module, loaded by path so that this script needs no installed opdiff."""
     path = Path(__file__).resolve().parent / "zoo.py"
     spec = importlib.util.spec_from_file_location("_opdiff_zoo", path)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    spec.loader.exec_module(mod)
     return mod
 
 

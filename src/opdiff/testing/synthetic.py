@@ -46,7 +46,7 @@ def make_record(t: Tensor, level: str = "module", with_hash: bool = True) -> Rec
 def write_dump(path: str | os.PathLike, tensors: Iterable[Tensor], *, mode: str = "tensor", complete: bool = True,
                overwrite: bool = False, shard_bytes: int | None = None, meta: dict[str, Any] | None = None) -> None:
     """Write `tensors` in order as one run (rank 0, step 0); mode "stats"/"hash" keeps no data."""
-    kw = {"shard_bytes": shard_bytes} if shard_bytes else {}
+    kw: dict[str, Any] = {"shard_bytes": shard_bytes} if shard_bytes else {}
     w = DumpWriter(path, {"framework": "numpy", "mode": mode, **(meta or {})}, overwrite=overwrite, **kw)
     w.begin(0, 0)
     for t in tensors:
@@ -58,7 +58,7 @@ def write_dump(path: str | os.PathLike, tensors: Iterable[Tensor], *, mode: str 
 def write_run(path: str | os.PathLike, parts: dict[tuple[int, int], Iterable[Tensor]], *, shard_bytes: int | None = None,
               meta: dict[str, Any] | None = None) -> None:
     """Write a multi-rank / multi-step run in tensor mode: parts[(rank, step)] are that part's tensors."""
-    kw = {"shard_bytes": shard_bytes} if shard_bytes else {}
+    kw: dict[str, Any] = {"shard_bytes": shard_bytes} if shard_bytes else {}
     ranks = {r for r, _ in parts}
     w = DumpWriter(path, {"framework": "numpy", "mode": "tensor", "world_size": len(ranks), **(meta or {})}, **kw)
     for (rank, step), tensors in sorted(parts.items()):

@@ -74,7 +74,8 @@ def t5(seed: int = 0, layers: int = 2, width: int = 64, heads: int = 4, seq: int
 
     gen = _seeded(seed)
     cfg = T5Config(num_layers=layers, num_decoder_layers=layers, d_model=width, d_ff=width * 2, d_kv=width // heads,
-                   num_heads=heads, vocab_size=vocab, dropout_rate=0.0, decoder_start_token_id=0)
+                   num_heads=heads, vocab_size=vocab, dropout_rate=0.0,
+                   decoder_start_token_id=0)  # type: ignore[call-arg]  # a PretrainedConfig keyword the stubs omit
     model = T5ForConditionalGeneration(cfg).eval()
     ids = torch.randint(0, vocab, (batch, seq), generator=gen)
     labels = torch.randint(0, vocab, (batch, seq // 2), generator=gen)

@@ -6,8 +6,9 @@ Names are imported on first use, so that `capture/__init__.py` can list this pac
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
+
+from ..backend import lazy
 
 _WHERE = {"capture_onnx": ".capture", "load_model": ".capture", "OPT_LEVELS": ".session", "Settings": ".session",
           "parse_config": ".session"}
@@ -19,4 +20,4 @@ def __getattr__(name: str) -> Any:
     """Import the module that defines `name` (onnxruntime is imported here, not at package import)."""
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(_WHERE[name], __name__), name)
+    return lazy(_WHERE[name], name, __name__)

@@ -28,6 +28,7 @@ from ...base.vocab import GRAPH_VALUE, PROVENANCE_KEY
 from ...store.format import NUMPY_TO_NAME, node_name, record_name
 from ...store.stats import content_hash
 from ...store.writer import DumpWriter
+from ..options import Options
 from ..stats_kernel import array_stats
 from . import session as S
 from .export import MODULES_KEY
@@ -37,7 +38,6 @@ from .modules import UNKNOWN_OP, boundaries, events, read_signatures
 
 ROOT_OP = "Graph"
 OPTIMIZED_FILE = "optimized.onnx"
-LEVELS = ("graph", "module")
 
 
 def load_model(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
@@ -148,10 +148,7 @@ def capture_onnx(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, n
     level: "graph" (every node's inputs and outputs) or "module" (the inputs and outputs of each
     PyTorch module the exporter recorded, named like opdiff's torch capture: modules.py).
     """
-    if mode not in ("tensor", "stats"):
-        raise OpdiffError(f"capture-onnx: mode must be tensor or stats, not {mode!r}")
-    if level not in LEVELS:
-        raise OpdiffError(f"capture-onnx: level must be one of {', '.join(LEVELS)}, not {level!r}")
+    Options.parse("capture-onnx", "onnxruntime", level=level, mode=mode, modes=("tensor", "stats"))
     settings = S.Settings(opt_level, tuple(disabled_optimizers), dict(session_config or {}), tuple(providers), threads)
     proto, where = load_model(model)
     feeds_in = load_npz(inputs) if isinstance(inputs, (str, os.PathLike)) else dict(inputs)

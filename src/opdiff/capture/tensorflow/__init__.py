@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..backend import defined_in
+from ..backend import defined_in, lazy
 
 # Top-level packages whose classes (Keras layers and models, tf.function, tf.Module) this backend captures.
 PACKAGES = ("keras", "tensorflow", "tf_keras")
@@ -18,9 +18,7 @@ def handles(model: object) -> bool:
 
 def capture(model: Any, path: str | os.PathLike[str], **options: Any) -> Any:
     """See opdiff.capture.tensorflow.session.capture."""
-    from .session import capture as _capture
-
-    return _capture(model, path, **options)
+    return lazy(".session", "capture", __name__)(model, path, **options)
 
 
 __all__ = ["PACKAGES", "capture", "handles"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -14,14 +13,14 @@ from ...base.errors import OpdiffError
 from ...base.record import Record
 from ...store.format import node_name, record_name
 from ...store.writer import DumpWriter
+from ..options import Options
+from ..session import Session
 from . import layers as keras_layers
 from .tensors import dtype_name, is_eager, measure
 
 if TYPE_CHECKING:
     from .ops import OpCapture
 
-LEVELS = ("layer", "op")
-MODES = ("tensor", "stats", "hash")
 MAX_DEPTH = 8
 
 
@@ -52,31 +51,21 @@ def flatten(obj: Any, prefix: str, out: list, depth: int = 0) -> list:
     return out
 
 
-def _regex(p: str | None, what: str) -> re.Pattern | None:
-    try:
-        return re.compile(p) if p is not None else None
-    except re.error as exc:
-        raise OpdiffError(f"opdiff.tf.capture: bad {what} regex {p!r}: {exc}") from None
-
-
-class TfCaptureSession:
+class TfCaptureSession(Session):
     """`with opdiff.tf.capture(model, path) as cap: model(x)`; `cap.step()` between steps (layer level)."""
 
-    writer: DumpWriter  # made on entering the `with` block
+    who = "opdiff.tf.capture"
 
     def __init__(self, model: Any, path: str | os.PathLike, *, level: str = "layer", mode: str = "tensor",
                  include: str | None = None, exclude: str | None = None, overwrite: bool = False, rank: int = 0,
                  debug_mode: str | None = None, keep_raw: bool = False):
-        if level not in LEVELS:
-            raise OpdiffError(f"opdiff.tf.capture: level must be one of {', '.join(LEVELS)}, not {level!r}")
-        if mode not in MODES:
-            raise OpdiffError(f"opdiff.tf.capture: mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.options = Options.parse("opdiff.tf.capture", "tensorflow", level=level, mode=mode, include=include,
+                                     exclude=exclude)
         if level == "layer" and not hasattr(model, "call"):
             raise OpdiffError(f"opdiff.tf.capture: level='layer' needs a Keras model or layer, not {type(model).__name__}")
         self.model, self.path, self.level, self.mode, self.rank = model, path, level, mode, int(rank)
         self.overwrite, self.keep_raw = overwrite, keep_raw
         self.debug_mode = debug_mode or "FULL_TENSOR"
-        self.include, self.exclude = _regex(include, "include"), _regex(exclude, "exclude")
         self.include_text, self.exclude_text = include, exclude
         self._entered = False
         self.recording = False
@@ -86,6 +75,7 @@ class TfCaptureSession:
         self.steps_captured: list[int] = []
         self._undo: list[tuple[Any, bool, Any]] = []
         self._ops: OpCapture | None = None
+        self._observed: dict[str, Any] = {}
         self._reset_step()
 
     def _reset_step(self) -> None:
@@ -95,9 +85,7 @@ class TfCaptureSession:
         self._begun = False
 
     def wanted(self, module: str, op: str) -> bool:
-        inc, exc = self.include, self.exclude
-        return (inc is None or bool(inc.search(module) or inc.search(op))) and \
-            not (exc is not None and bool(exc.search(module) or exc.search(op)))
+        return self.options.wanted(module, op)
 
     def meta(self) -> dict[str, Any]:
         import keras
@@ -119,45 +107,36 @@ class TfCaptureSession:
         }
 
     # -- lifecycle --------------------------------------------------------------------------
-    def __enter__(self) -> TfCaptureSession:
-        if self._entered:
-            raise OpdiffError("opdiff.tf.capture: a capture session can be entered only once")
-        self.writer = DumpWriter(self.path, self.meta(), overwrite=self.overwrite)
-        self._entered = True
-        try:
-            if self.level == "layer":
-                self._undo = keras_layers.install(self)
-            else:
-                from .ops import OpCapture
+    # the skeleton (capture/session.py) runs these: open, install, finish, uninstall, close
+    def _open(self) -> DumpWriter:
+        return DumpWriter(self.path, self.meta(), overwrite=self.overwrite)
 
-                self._ops = OpCapture(self)
-                self._ops.start()
-        except BaseException:
-            keras_layers.uninstall(self._undo)
-            self.writer.close(complete=False)
-            raise
+    def _install(self) -> None:
+        if self.level == "layer":
+            self._undo = keras_layers.install(self)
+        else:
+            from .ops import OpCapture
+
+            self._ops = OpCapture(self)
+            self._ops.start()
         self.recording = True
-        return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def _uninstall(self) -> None:
         self.recording = False
-        observed: dict[str, Any] = {}
-        try:
-            if self._ops is not None:
-                observed = self._ops.finish(write=exc_type is None)
-            else:
-                keras_layers.uninstall(self._undo)
-                observed = {"layers": len(self._undo), "symbolic_calls_not_recorded": self.symbolic_calls}
-            if self._begun:
-                self.steps_captured.append(self.step_index)
-        finally:
-            self.writer.update_meta(observed=observed, steps_captured=self.steps_captured,
-                                    records=self.writer.records_written)
-            try:
-                self.writer.close(complete=exc_type is None)
-            except Exception:
-                if exc_type is None:
-                    raise
+        keras_layers.uninstall(self._undo)  # layer level (idempotent: restores each layer's own call)
+
+    def _finish(self, ok: bool) -> None:
+        self.recording = False
+        if self._ops is not None:
+            self._observed = self._ops.finish(write=ok)
+        else:
+            self._observed = {"layers": len(self._undo), "symbolic_calls_not_recorded": self.symbolic_calls}
+        if self._begun:
+            self.steps_captured.append(self.step_index)
+
+    def _final_meta(self) -> dict[str, Any]:
+        return {"observed": self._observed, "steps_captured": self.steps_captured,
+                "records": self.writer.records_written}
 
     def __call__(self, *args, **kwargs):
         """Run the captured model or function. At level "op" it runs as a tf.function of the capture's own,
@@ -167,10 +146,8 @@ class TfCaptureSession:
             return self.model(*args, **kwargs)
         return self._ops.run(*args, **kwargs)
 
-    def step(self) -> None:
-        """End the current step and start the next (layer level)."""
-        if not self._entered:
-            raise OpdiffError("opdiff.tf.capture: step() called outside the `with` block")
+    def _next_step(self) -> None:
+        """End the current step and start the next (`step()`, layer level)."""
         if self.level == "op":
             raise OpdiffError("opdiff.tf.capture: level='op' captures one step per capture (tfdbg dumps one run)")
         if self._begun:

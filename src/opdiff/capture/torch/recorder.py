@@ -21,7 +21,6 @@ from ...store.writer import DumpWriter
 from .naming import Counters
 from .tensors import DeferredStats, dense_flat, dtype_name, hash_of, host_copy, stats_of
 
-MODES = ("tensor", "stats", "hash")
 _PRODUCING = ("output", "parameter")  # roles whose record becomes the src of later uses of the tensor
 BLOCK_CACHE_MIN = 1 << 14  # smaller tensors are cheaper to measure than to look up
 
@@ -192,4 +191,4 @@ class Recorder:
         self.writer.add_call(line)
 
 
-__all__ = ["Recorder", "MODES"]
+__all__ = ["Recorder"]

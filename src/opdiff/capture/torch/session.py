@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
@@ -13,15 +12,16 @@ import torch
 from ...base.errors import OpdiffError
 from ...store.names import node_name
 from ...store.writer import DumpWriter
+from ..options import Options
 from ..progress import CaptureProgress
+from ..session import Session
 from . import collectives, module_hooks, optim, ranks
 from .api_mode import ApiMode
 from .aten_mode import AtenMode
 from .preserve import ModelState
-from .recorder import MODES, Recorder
+from .recorder import Recorder
 from .state import CaptureState
 
-LEVELS = ("module", "api", "aten")
 STEPS_ENV = "OPDIFF_STEPS"  # steps to capture when `steps` is not given ("0-3,8"): chosen without editing the script
 
 
@@ -43,15 +43,6 @@ def parse_steps(steps: str | int | Iterable[int] | None) -> frozenset[int] | Non
     return frozenset(int(s) for s in steps)
 
 
-def _regex(p: str | None, what: str) -> re.Pattern | None:
-    if p is None:
-        return None
-    try:
-        return re.compile(p)
-    except re.error as exc:
-        raise OpdiffError(f"opdiff.capture: bad {what} regex {p!r}: {exc}") from None
-
-
 def _never(step: int) -> bool:
     return False
 
@@ -63,10 +54,10 @@ def _dist_rank() -> tuple[int, int]:
     return 0, 1
 
 
-class CaptureSession:
+class CaptureSession(Session):
     """`with opdiff.capture(model, path, ...) as cap:` ... `cap.step()` between training iterations."""
 
-    writer: DumpWriter  # made on entering the `with` block
+    who = "opdiff.capture"
     recorder: Recorder
 
     def __init__(self, model: torch.nn.Module, path: str | os.PathLike, *, level: str = "module", mode: str = "tensor",
@@ -79,15 +70,11 @@ class CaptureSession:
             raise OpdiffError("opdiff.capture: when must be a callable taking the step number")
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"opdiff.capture: model must be a torch.nn.Module, not {type(model).__name__}")
-        if level not in LEVELS:
-            raise OpdiffError(f"opdiff.capture: level must be one of {', '.join(LEVELS)}, not {level!r}")
-        if mode not in MODES:
-            raise OpdiffError(f"opdiff.capture: mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.options = Options.parse("opdiff.capture", "torch", level=level, mode=mode, include=include, exclude=exclude)
         self.model, self.path, self.level, self.mode = model, path, level, mode
         self.backward, self.source, self.overwrite = bool(backward), bool(source), overwrite
         self.steps = parse_steps(steps if steps is not None else os.environ.get(STEPS_ENV) or None)
         self.optimizer, self.when = optimizer, when
-        self.include, self.exclude = _regex(include, "include"), _regex(exclude, "exclude")
         self.include_text, self.exclude_text = include, exclude
         dist_rank, self.world_size = _dist_rank()
         self.rank = dist_rank if rank is None else int(rank)
@@ -99,6 +86,7 @@ class CaptureSession:
         self._wanted: dict[tuple[str, str], bool] = {}
         self._restore_collectives: Callable[[], None] | None = None
         self._phase_from: torch.optim.Optimizer | None = None  # an unattached optimizer whose step runs (optim.py)
+        self._found: ModelState | None = None  # the model's hooks as found (preserve.py)
 
     # -- options ------------------------------------------------------------------------------
     def hooks_module(self, path: str) -> bool:
@@ -110,10 +98,7 @@ class CaptureSession:
         key = (module, op)
         hit = self._wanted.get(key)
         if hit is None:
-            inc, exc = self.include, self.exclude
-            hit = (inc is None or bool(inc.search(module) or inc.search(op))) and \
-                  not (exc is not None and bool(exc.search(module) or exc.search(op)))
-            self._wanted[key] = hit
+            hit = self._wanted[key] = self.options.wanted(module, op)
         return hit
 
     def meta(self) -> dict[str, Any]:
@@ -139,55 +124,46 @@ class CaptureSession:
         }
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def __enter__(self) -> CaptureSession:
-        if self._entered:
-            raise OpdiffError("opdiff.capture: a capture session can be entered only once")
+    # the skeleton (capture/session.py) runs these: open, install, finish, uninstall, close, publish
+    def _open(self) -> DumpWriter:
         self._staging = ranks.staging_path(self.path, self.rank, self.world_size)
-        self.writer = DumpWriter(self._staging, self.meta(), overwrite=self.overwrite)
+        writer = DumpWriter(self._staging, self.meta(), overwrite=self.overwrite)
         self.progress = CaptureProgress(self.path)
-        self.writer.on_flush = self.progress.tick
-        self.recorder = Recorder(self.writer, self.mode, self.rank)
-        self._entered = True
+        writer.on_flush = self.progress.tick
+        self.recorder = Recorder(writer, self.mode, self.rank)
+        return writer
+
+    def _install(self) -> None:
         self._found = ModelState.snapshot(self.model)  # hooks and forwards go back as found (preserve.py)
-        try:
-            self.state.index_parameters(self._named_parameters())
-            self._handles = module_hooks.install(self)
-            if self.optimizer is not None:
-                self._handles += optim.install(self, self.optimizer)
-            else:
-                self._handles += optim.install_phase(self)
-            self._restore_collectives = collectives.install(self)
-            if self.backward:
-                self._install_grad_hooks()
-            self._begin_step()
-        except BaseException:
-            self._remove()
-            self.writer.close(complete=False)
-            raise
-        return self
+        self.state.index_parameters(self._named_parameters())
+        self._handles = module_hooks.install(self)
+        if self.optimizer is not None:
+            self._handles += optim.install(self, self.optimizer)
+        else:
+            self._handles += optim.install_phase(self)
+        self._restore_collectives = collectives.install(self)
+        if self.backward:
+            self._install_grad_hooks()
+        self._begin_step()
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            self._end_step()
-        finally:
-            self._remove()
+    def _uninstall(self) -> None:
+        self._remove()
+        if self._found is not None:
             self._found.restore(hooks_only=True)
-            self.writer.update_meta(steps_captured=self.state.steps_captured, records=self.writer.records_written,
-                                    skipped_tensors=self.recorder.skipped)
-            if exc_type is None:
-                self.writer.close(complete=True)
-                ranks.merge(self.path, self._staging, self.rank)
-                self.progress.summary(self.writer.records_written, self.writer.bytes_written, True)
-            else:
-                try:
-                    self.writer.close(complete=False)
-                except Exception:  # the model's own exception is the one to report
-                    pass
 
-    def step(self) -> None:
-        """End the current training step and start the next (call it between iterations)."""
-        if not self._entered:
-            raise OpdiffError("opdiff.capture: step() called outside the `with` block")
+    def _finish(self, ok: bool) -> None:
+        self._end_step()
+
+    def _final_meta(self) -> dict[str, Any]:
+        return {"steps_captured": self.state.steps_captured, "records": self.writer.records_written,
+                "skipped_tensors": self.recorder.skipped}
+
+    def _published(self) -> None:
+        ranks.merge(self.path, self._staging, self.rank)
+        self.progress.summary(self.writer.records_written, self.writer.bytes_written, True)
+
+    def _next_step(self) -> None:
+        """End the current training step and start the next (`step()`, between iterations)."""
         self._end_step()
         self.state.next_step()
         self._begin_step()

@@ -1,4 +1,4 @@
-"""Console rendering of a Diagnosis (rich), and its JSON file (schema in docs/diagnose.md)."""
+"""Console rendering of a Diagnosis (rich), its JSON text (schema in docs/diagnose.md) and its HTML page."""
 
 from __future__ import annotations
 
@@ -10,19 +10,20 @@ from rich.table import Table
 from rich.text import Text
 
 from ..base import numfmt
-from ..base.jsonsafe import dumps
-from .verdict import Diagnosis
+from ..compare.run import Comparison
+from ..diagnose.verdict import Diagnosis
+from .html import write_html
 
 STYLE = {"pass": "bold green", "drift": "bold yellow", "fault": "bold red", "overflow": "bold red",
          "inputs-differ": "bold magenta"}
 
 
-def fmt(x: Any, digits: int = 4) -> str:
+def fmt(x: object, digits: int = 4) -> str:
     """Short rendering of a number for the tables (the one formatter, base/numfmt.py)."""
     return numfmt.num(x, digits)
 
 
-def _cos(x: Any) -> str:
+def _cos(x: object) -> str:
     return numfmt.cosine(x)
 
 
@@ -62,16 +63,16 @@ def render(d: Diagnosis, console: Console | None = None, *, golden: str = "", ta
     c.print(Text.assemble(("verdict: ", "bold"), (d.verdict.upper(), STYLE.get(d.verdict, "bold")), "  ", d.summary))
     cu = d.culprit
     if cu:
-        c.print(Text.assemble(("culprit: ", "bold"), (cu.get("module") or "<root>", "bold cyan"), f"  op {cu.get('op')}  ",
-                              ("node ", "dim"), cu.get("node") or ""))
-        c.print(f"  golden record: {cu.get('golden')}\n  target record: {cu.get('target')}")
+        c.print(Text.assemble(("culprit: ", "bold"), (cu.module or "<root>", "bold cyan"), f"  op {cu.op}  ",
+                              ("node ", "dim"), cu.node or ""))
+        c.print(f"  golden record: {cu.golden}\n  target record: {cu.target}")
         ev = d.evidence
-        rows = [("input", t) for t in ev.get("inputs", [])] + [("param", t) for t in ev.get("parameters", [])] + \
-               [("output", t) for t in ev.get("outputs", [])] + [("diverging", t) for t in ev.get("diverging", [])]
+        rows = [("input", t) for t in ev.inputs] + [("param", t) for t in ev.parameters] + \
+               [("output", t) for t in ev.outputs] + [("diverging", t) for t in ev.diverging]
         if rows:
-            c.print(_tensor_table("culprit's tensors", rows, cu.get("node")))
+            c.print(_tensor_table("culprit's tensors", rows, cu.node))
     elif d.verdict == "inputs-differ":
-        c.print(_tensor_table("model inputs that differ", [("input", t) for t in d.evidence.get("inputs", [])]))
+        c.print(_tensor_table("model inputs that differ", [("input", t) for t in d.evidence.inputs]))
     if d.first_divergence and d.verdict not in ("pass",):
         f = d.first_divergence
         size = "differs" if f.get("error_units") is None else f"{fmt(f.get('error_units'))} units"
@@ -88,16 +89,15 @@ def render(d: Diagnosis, console: Console | None = None, *, golden: str = "", ta
         for col in ("#", "module", "op", "score", "why"):
             table.add_column(col, overflow="fold")
         for cand in d.candidates[:6]:
-            table.add_row(str(cand.get("rank")), cand.get("module") or "<root>", cand.get("op"), fmt(cand.get("score"), 3),
-                          cand.get("reason") or "")
+            table.add_row(str(cand.rank), cand.module or "<root>", cand.op, fmt(cand.score, 3), cand.reason or "")
         c.print(table)
     if d.replay:
         r = d.replay
-        if r.get("status") == "ok":
-            c.print(f"[bold]replay:[/] {r.get('conclusion')}")
+        if r.status == "ok":
+            c.print(f"[bold]replay:[/] {r.conclusion}")
         else:
-            c.print(f"[dim]replay skipped: {r.get('reason')}[/]")
-    settings = d.evidence.get("settings")
+            c.print(f"[dim]replay skipped: {r.reason}[/]")
+    settings = d.evidence.settings
     if settings:
         c.print("[bold]settings that differ:[/] " + "; ".join(f"{k}: {v['golden']} vs {v['target']}" for k, v in settings.items()))
     c.print(f"[bold]advice:[/] {d.advice}")
@@ -105,11 +105,7 @@ def render(d: Diagnosis, console: Console | None = None, *, golden: str = "", ta
         c.print(f"[yellow]warning:[/] {w}")
 
 
-def to_json_text(d: Diagnosis) -> str:
-    """The diagnosis as JSON text (non-finite numbers become null: the one rule, base/jsonsafe.py)."""
-    return dumps(d.to_json(), indent=2)
-
-
-def write_json(d: Diagnosis, path: str | os.PathLike[str]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(to_json_text(d) + "\n")
+def write_html_page(d: Diagnosis, path: str | os.PathLike[str], *, comparison: Comparison,
+                    title: str = "opdiff report") -> None:
+    """The HTML report of a diagnosis: every pair of `comparison`, the diagnosis on top (report/html.py)."""
+    write_html(comparison, path, diagnosis=d, title=title)

@@ -1,0 +1,114 @@
+"""The one way a result becomes output: a writer per (result type, format), each file written atomically.
+
+Results are keyed by their class's qualified name ("opdiff.compare.run.Comparison"), so that results of the
+layers above report (hunting, fusion) are registered here without report importing them. Lookup walks the
+result's class hierarchy: a subclass is written as its base is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from rich.console import Console
+
+from ..base.errors import OpdiffError
+from ..base.jsonsafe import dumps
+from ..base.outdir import write_atomic
+from . import diagnosis, hunt
+from .console import print_summary
+from .csv import write_csv
+from .explorer import write_overlays
+from .html import write_html
+from .json import write_json
+from .replay import print_replay
+from .xlsx import write_xlsx
+
+COMPARISON = "opdiff.compare.run.Comparison"
+DIAGNOSIS = "opdiff.diagnose.verdict.Diagnosis"
+REPLAY = "opdiff.replay.result.ReplayResult"
+HUNT = "opdiff.hunting.run.HuntResult"
+FUSION = "opdiff.fusion.ort.FusionResult"
+CONSOLE = "console"
+FOLDERS = frozenset({"model-explorer"})  # formats written as a folder of files
+
+Writer = Callable[..., object]  # (result, path, **options): writes one file (or folder) at path
+
+
+class HasJson(Protocol):
+    """A result with one JSON form (every result type of docs/architecture.md has one)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+def write_result_json(result: HasJson, path: str | os.PathLike[str]) -> None:
+    """A result's to_json() as JSON text (non-finite numbers become null: base/jsonsafe.py)."""
+    Path(path).write_text(text(result) + "\n", encoding="utf-8")
+
+
+WRITERS: dict[tuple[str, str], Writer] = {
+    (COMPARISON, "csv"): write_csv,
+    (COMPARISON, "xlsx"): write_xlsx,
+    (COMPARISON, "json"): write_json,
+    (COMPARISON, "html"): write_html,
+    (COMPARISON, "model-explorer"): write_overlays,
+    (COMPARISON, CONSOLE): print_summary,
+    (DIAGNOSIS, "json"): write_result_json,
+    (DIAGNOSIS, "html"): diagnosis.write_html_page,
+    (DIAGNOSIS, CONSOLE): diagnosis.render,
+    (REPLAY, "json"): write_result_json,
+    (REPLAY, CONSOLE): print_replay,
+    (HUNT, "json"): write_result_json,
+    (HUNT, CONSOLE): hunt.render,
+    (FUSION, "json"): write_result_json,
+}
+
+
+def _names(result: object) -> list[str]:
+    return [f"{c.__module__}.{c.__qualname__}" for c in type(result).__mro__]
+
+
+def formats(result: object) -> list[str]:
+    """The formats a result can be written in (console included)."""
+    names = _names(result)
+    return sorted({fmt for (kind, fmt) in WRITERS if kind in names})
+
+
+def writer(result: object, fmt: str) -> Writer:
+    """The writer of `fmt` for this result; OpdiffError naming what is offered when there is none."""
+    for name in _names(result):
+        w = WRITERS.get((name, fmt))
+        if w is not None:
+            return w
+    offered = ", ".join(formats(result)) or "none"
+    raise OpdiffError(f"no {fmt!r} output for a {type(result).__name__} (offered: {offered})")
+
+
+def write(result: object, fmt: str, path: str | os.PathLike[str], **options: Any) -> Path:
+    """Write `result` as `fmt` to `path` through a temporary file (or folder) renamed into place."""
+    w = writer(result, fmt)
+    if fmt == CONSOLE:
+        raise OpdiffError("the console is not a file: use report.render")
+    out = Path(path)
+    write_atomic(out, lambda tmp: w(result, tmp, **options), directory=fmt in FOLDERS)
+    return out
+
+
+def output_path(out: Path, fmt: str, stem: str) -> Path:
+    """Where a report of `fmt` goes in the output directory `out`: `<stem>.<fmt>`, a folder format under its name."""
+    return out / (fmt if fmt in FOLDERS else f"{stem}.{fmt}")
+
+
+def render(result: object, console: Console | None = None, **options: Any) -> None:
+    """Print `result` on the console (rich): the summary each command shows."""
+    writer(result, CONSOLE)(result, console or Console(), **options)
+
+
+def text(result: HasJson) -> str:
+    """A result's JSON text, for `--json` on stdout."""
+    return dumps(result.to_json(), indent=2)
+
+
+__all__ = ["CONSOLE", "FOLDERS", "WRITERS", "formats", "output_path", "render", "text", "write", "write_result_json", "writer"]
