@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # would pull a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: venv venv-msprobe venv-msprobe-prev demo test lint bench clean
+.PHONY: venv venv-msprobe venv-msprobe-prev demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ demo: $(STAMP)
 
 test: lint $(MSPROBE_VENV)/.installed
 	$(PY) -m pytest -n 2 -q
+
+# The fast tier while working: every test but the slow ones (tests/conftest.py SLOW_MODULES: real
+# models, other tools' venvs, Dask, the browser, the wheel build). `make test` runs everything.
+test-fast: $(STAMP)
+	$(PY) -m pytest -n 2 -q -m "not slow"
 
 # Layers (import-linter), style (ruff) and types (mypy, strict on the core): any violation fails `make test`.
 lint: $(STAMP)

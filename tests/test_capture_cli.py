@@ -14,12 +14,6 @@ import torch
 import opdiff
 from capture_helpers import build
 
-OPDIFF = str(Path(sys.executable).with_name("opdiff"))
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([OPDIFF, *args], capture_output=True, text=True, timeout=120)
-
 
 @pytest.fixture(scope="module")
 def dump_dir(tmp_path_factory) -> Path:
@@ -30,23 +24,23 @@ def dump_dir(tmp_path_factory) -> Path:
     return path
 
 
-def test_ls_lists_and_filters_records(dump_dir):
-    res = run("ls", str(dump_dir), "--names-only")
+def test_ls_lists_and_filters_records(dump_dir, opdiff_cli):
+    res = opdiff_cli("ls", str(dump_dir), "--names-only")
     assert res.returncode == 0, res.stderr
     names = res.stdout.split()
     assert names == [r.name for r in opdiff.load(dump_dir)]
-    res = run("ls", str(dump_dir), "--names-only", "--op", "LayerNorm", "--module", r"h\.1\.")
+    res = opdiff_cli("ls", str(dump_dir), "--names-only", "--op", "LayerNorm", "--module", r"h\.1\.")
     got = res.stdout.split()
     assert got and all("/LayerNorm#" in n and ".h.1." in n for n in got)
     assert len(got) == 4  # ln_1 and ln_2 of block 1: one input, one output each
-    res = run("ls", str(dump_dir), "--names-only", "--name", "output/logits$")
+    res = opdiff_cli("ls", str(dump_dir), "--names-only", "--name", "output/logits$")
     assert res.stdout.split() == ["GPT2LMHeadModel#0/forward/output/logits"]
-    res = run("ls", str(dump_dir), "--module", r"^lm_head$")
+    res = opdiff_cli("ls", str(dump_dir), "--module", r"^lm_head$")
     assert res.returncode == 0 and "lm_head/Linear#0/forward/output/0" in res.stdout and "float32" in res.stdout
 
 
-def test_info_prints_meta_and_totals(dump_dir):
-    res = run("info", str(dump_dir))
+def test_info_prints_meta_and_totals(dump_dir, opdiff_cli):
+    res = opdiff_cli("info", str(dump_dir))
     assert res.returncode == 0, res.stderr
     for text in ("framework: torch", "level: module", "mode: tensor", "model: GPT2LMHeadModel", "complete: True",
                  f"{len(opdiff.load(dump_dir))} records"):
@@ -62,15 +56,15 @@ def _one_error_line(res: subprocess.CompletedProcess, *needles: str) -> None:
         assert n in lines[0], (n, lines[0])
 
 
-def test_missing_foreign_and_cut_dumps_are_one_line_errors(dump_dir, tmp_path):
-    _one_error_line(run("info", str(tmp_path / "nowhere")), str(tmp_path / "nowhere"), "no such dump directory")
+def test_missing_foreign_and_cut_dumps_are_one_line_errors(dump_dir, tmp_path, opdiff_cli):
+    _one_error_line(opdiff_cli("info", str(tmp_path / "nowhere")), str(tmp_path / "nowhere"), "no such dump directory")
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "index.jsonl").write_text("{}\n")
-    _one_error_line(run("info", str(foreign)), str(foreign), "no meta.json")
-    _one_error_line(run("ls", str(foreign)), "no meta.json")
+    _one_error_line(opdiff_cli("info", str(foreign)), str(foreign), "no meta.json")
+    _one_error_line(opdiff_cli("ls", str(foreign)), "no meta.json")
     (foreign / "meta.json").write_text(json.dumps({"format": "msprobe"}))
-    _one_error_line(run("ls", str(foreign)), "meta.json", "not an opdiff dump")
+    _one_error_line(opdiff_cli("ls", str(foreign)), "meta.json", "not an opdiff dump")
 
     cut = tmp_path / "cut"
     shutil.copytree(dump_dir, cut)
@@ -79,7 +73,7 @@ def test_missing_foreign_and_cut_dumps_are_one_line_errors(dump_dir, tmp_path):
     with open(index, "r+b") as f:
         f.truncate(size - 40)  # the last line loses its end, as when a run is killed mid-write
     for cmd in ("info", "ls"):
-        res = run(cmd, str(cut))
+        res = opdiff_cli(cmd, str(cut))
         _one_error_line(res, str(index), "cut off")
         assert "records" in res.stdout or "GPT2" in res.stdout  # what is readable is still shown
     d = opdiff.load(cut)

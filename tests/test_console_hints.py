@@ -3,15 +3,10 @@ on repeated or swapped inputs, and the capture's one-line summary."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from opdiff.testing.synthetic import Tensor, write_dump
-
-OPDIFF = [sys.executable, "-m", "opdiff"]
 
 
 def _pair(root, g_dtype=np.float32, t_dtype=np.float32, near_zero=False):
@@ -26,29 +21,25 @@ def _pair(root, g_dtype=np.float32, t_dtype=np.float32, near_zero=False):
     return root / "g", root / "t"
 
 
-def run(*args):
-    return subprocess.run([*OPDIFF, *args], capture_output=True, text=True, timeout=120)
-
-
-def test_huge_relative_error_shows_its_absolute_error_and_u_is_explained(tmp_path):
+def test_huge_relative_error_shows_its_absolute_error_and_u_is_explained(tmp_path, opdiff_cli):
     g, t = _pair(tmp_path, near_zero=True)
-    p = run("compare", str(g), str(t), "-o", str(tmp_path / "out"))
+    p = opdiff_cli("compare", str(g), str(t), "-o", str(tmp_path / "out"))
     assert p.returncode == 1, p.stderr
     assert "MaxRelativeErr=1e+27 (abs 0.03106)" in p.stdout and "1e+27 (abs 0.03106)" in p.stdout.split("worst")[1]
     assert "u = the rounding unit" in p.stdout
 
 
-def test_same_directory_twice_warns(tmp_path):
+def test_same_directory_twice_warns(tmp_path, opdiff_cli):
     g, _ = _pair(tmp_path)
-    p = run("compare", str(g), str(g), "-o", str(tmp_path / "out"))
+    p = opdiff_cli("compare", str(g), str(g), "-o", str(tmp_path / "out"))
     assert p.returncode == 0 and "golden and target are the same directory" in p.stdout
 
 
-def test_swapped_precision_warns(tmp_path):
+def test_swapped_precision_warns(tmp_path, opdiff_cli):
     import ml_dtypes
 
     g, t = _pair(tmp_path, g_dtype=ml_dtypes.bfloat16)
-    p = run("compare", str(g), str(t), "-o", str(tmp_path / "out"))
+    p = opdiff_cli("compare", str(g), str(t), "-o", str(tmp_path / "out"))
     assert "are GOLDEN and TARGET swapped?" in p.stdout.replace("\n", " ")
 
 

@@ -25,8 +25,9 @@ def test_demo_end_to_end(tmp_path):
     r = run("-o", out, "--seed", "7")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     text = r.stdout
-    # the secret is revealed only after the diagnosis
+    # the secret is revealed only after the diagnosis; the seed is said first, to repeat the draw
     assert text.index("verdict:") < text.index("injected:")
+    assert "seed 7 (repeat this run with --seed 7)" in text
     assert "diagnosis found it" in text
     for name in ("compare.csv", "compare.xlsx", "compare.json", "diagnosis.json", "report.html"):
         assert (out / name).stat().st_size > 0
@@ -44,3 +45,21 @@ def test_demo_end_to_end(tmp_path):
     forced = run("-o", out, "--model", "resnet", "--fault", "identical", "--force", "--level", "module")
     assert forced.returncode == 0, forced.stdout[-2000:] + forced.stderr
     assert "PASS" in forced.stdout and json.loads((out / "diagnosis.json").read_text())["verdict"] == "pass"
+
+
+def test_demo_draws_a_fault_unless_benign_is_asked():
+    """Without --benign every draw is a fault (or other inputs): a first demo never shows a PASS page
+    by chance; with --benign every draw is a harmless change."""
+    from opdiff.demo import DEMO_BENIGN, DEMO_FAULTS, pool
+    from opdiff.testing import zoo
+    from opdiff.testing.faults import FAULTS
+
+    model, _ = zoo.build("gpt2", layers=3, width=64)
+    faults, benign = pool(model), pool(model, benign=True)
+    assert faults and set(faults) <= set(DEMO_FAULTS) and all(FAULTS[f].kind != "benign" for f in faults)
+    assert benign and set(benign) <= set(DEMO_BENIGN) and all(FAULTS[f].kind == "benign" for f in benign)
+
+
+def test_demo_help_names_benign_and_seed():
+    p = subprocess.run([OPDIFF, "demo", "--help"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "--benign" in p.stdout and "--seed" in p.stdout

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("torch")
@@ -14,12 +9,6 @@ pytest.importorskip("transformers")
 
 from opdiff.capture import capture
 from opdiff.testing import faults, zoo
-
-OPDIFF = str(Path(sys.executable).with_name("opdiff"))
-
-
-def opdiff(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([OPDIFF, *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -42,16 +31,16 @@ def dumps(tmp_path_factory):
     return out
 
 
-def test_pass_exits_0(dumps):
-    r = opdiff("diagnose", dumps["golden"], dumps["identical"])
+def test_pass_exits_0(dumps, opdiff_cli):
+    r = opdiff_cli("diagnose", dumps["golden"], dumps["identical"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PASS" in r.stdout
 
 
-def test_fault_exits_1_and_json_names_the_culprit(dumps):
-    r = opdiff("diagnose", dumps["golden"], dumps["scale"], "--json")
+def test_fault_exits_1_and_json_names_the_culprit(dumps, opdiff_cli, strict_json):
+    r = opdiff_cli("diagnose", dumps["golden"], dumps["scale"], "--json")
     assert r.returncode == 1, r.stderr
-    doc = json.loads(r.stdout)
+    doc = strict_json(r.stdout)
     assert doc["verdict"] == "fault"
     assert doc["culprit"]["module"] == "transformer.h.1.attn"
     assert doc["culprit"]["op"].startswith("aten._scaled_dot_product")
@@ -63,59 +52,59 @@ def test_fault_exits_1_and_json_names_the_culprit(dumps):
     assert [d["arg"] for d in doc["replay"]["arg_differences"]] == ["kwargs.scale"]
 
 
-def test_console_report_and_out_file(dumps, tmp_path):
+def test_console_report_and_out_file(dumps, tmp_path, opdiff_cli, strict_json):
     out = tmp_path / "diag.json"
-    r = opdiff("diagnose", dumps["golden"], dumps["scale"], "-o", out, "--no-replay")
+    r = opdiff_cli("diagnose", dumps["golden"], dumps["scale"], "-o", out, "--no-replay")
     assert r.returncode == 1
     for text in ("FAULT", "culprit", "transformer.h.1.attn", "path of divergence", "advice"):
         assert text in r.stdout
-    doc = json.loads(out.read_text())
+    doc = strict_json(out.read_text())
     assert doc["verdict"] == "fault" and doc["replay"] is None
-    again = opdiff("diagnose", dumps["golden"], dumps["scale"], "-o", out)
+    again = opdiff_cli("diagnose", dumps["golden"], dumps["scale"], "-o", out)
     assert again.returncode == 2 and "exists" in again.stderr
-    assert opdiff("diagnose", dumps["golden"], dumps["scale"], "-o", out, "--force").returncode == 1
+    assert opdiff_cli("diagnose", dumps["golden"], dumps["scale"], "-o", out, "--force").returncode == 1
 
 
-def test_module_level_dump(dumps):
-    r = opdiff("diagnose", dumps["golden-module"], dumps["eps"], "--json", "--level", "module")
-    doc = json.loads(r.stdout)
+def test_module_level_dump(dumps, opdiff_cli, strict_json):
+    r = opdiff_cli("diagnose", dumps["golden-module"], dumps["eps"], "--json", "--level", "module")
+    doc = strict_json(r.stdout)
     assert r.returncode == 1
     assert doc["culprit"]["module"] == "transformer.h.1.ln_1" and doc["culprit"]["op"] == "LayerNorm"
     assert doc["replay"]["status"] == "skipped"  # a LayerNorm cannot be rebuilt from a module-level dump
 
 
 @pytest.mark.parametrize("args", [("missing-dir",), ("not-a-dump",)])
-def test_bad_input_exits_2_with_one_line(dumps, tmp_path, args):
+def test_bad_input_exits_2_with_one_line(dumps, tmp_path, args, opdiff_cli):
     bad = tmp_path / args[0]
     if args[0] == "not-a-dump":
         bad.mkdir()
         (bad / "x.txt").write_text("hello")
-    r = opdiff("diagnose", dumps["golden"], bad)
+    r = opdiff_cli("diagnose", dumps["golden"], bad)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("opdiff: error:") and str(bad) in lines[0]
 
 
-def test_level_without_records_is_bad_input(dumps):
-    r = opdiff("diagnose", dumps["golden"], dumps["scale"], "--level", "api")
+def test_level_without_records_is_bad_input(dumps, opdiff_cli):
+    r = opdiff_cli("diagnose", dumps["golden"], dumps["scale"], "--level", "api")
     assert r.returncode == 2 and "nothing to diagnose" in r.stderr
 
 
-def test_replay_cli(dumps):
+def test_replay_cli(dumps, opdiff_cli):
     node = "transformer.h.1.attn/aten._scaled_dot_product_flash_attention_for_cpu.default#0"
-    r = opdiff("replay", dumps["golden"], dumps["scale"], node)
+    r = opdiff_cli("replay", dumps["golden"], dumps["scale"], node)
     assert r.returncode == 0, r.stderr
     assert "argument kwargs.scale: golden 0.25, target 0.2625" in r.stdout
     assert "reproduces the target's output" in r.stdout
-    r = opdiff("replay", dumps["golden"], dumps["scale"], "aten.addmm")  # matches many ops
+    r = opdiff_cli("replay", dumps["golden"], dumps["scale"], "aten.addmm")  # matches many ops
     assert r.returncode == 2 and "matches" in r.stderr
-    r = opdiff("replay", dumps["golden"], dumps["scale"], "no-such-op")
+    r = opdiff_cli("replay", dumps["golden"], dumps["scale"], "no-such-op")
     assert r.returncode == 2 and "no op matches" in r.stderr
-    r = opdiff("replay", dumps["golden-module"], dumps["eps"], "h.1.ln_1/LayerNorm")
+    r = opdiff_cli("replay", dumps["golden-module"], dumps["eps"], "h.1.ln_1/LayerNorm")
     assert r.returncode == 1 and "cannot be rebuilt" in r.stdout
 
 
-def test_map_pairs_a_fused_module_of_another_class(tmp_path, dumps):
+def test_map_pairs_a_fused_module_of_another_class(tmp_path, dumps, opdiff_cli, strict_json):
     """The target's MLP is a FusedMLP (another class, with a bug); --map pairs it with golden's GPT2MLP."""
     import torch
 
@@ -136,8 +125,8 @@ def test_map_pairs_a_fused_module_of_another_class(tmp_path, dumps):
         faults.run(model, inputs)
     mapping = tmp_path / "map.yaml"
     mapping.write_text('names:\n  "transformer.h.1.mlp/FusedMLP#0": "transformer.h.1.mlp/GPT2MLP#0"\n')
-    r = opdiff("diagnose", dumps["golden-module"], tmp_path / "fused", "--map", mapping, "--json")
-    doc = json.loads(r.stdout)
+    r = opdiff_cli("diagnose", dumps["golden-module"], tmp_path / "fused", "--map", mapping, "--json")
+    doc = strict_json(r.stdout)
     assert r.returncode == 1, r.stderr
     assert doc["culprit"]["module"] == "transformer.h.1.mlp" and doc["culprit"]["op"] == "FusedMLP"
     assert doc["culprit"]["golden"] == "transformer.h.1.mlp/GPT2MLP#0/forward/output/0"

@@ -66,3 +66,51 @@ def test_symlink_is_replaced_not_followed(tmp_path):
     assert victim.read_text() == "mine" and not (d / "report.json").is_symlink()
     assert not (d / "model-explorer").is_symlink() and _names(d / "model-explorer") == ["x.json"]
     assert _names(tmp_path) == ["out", "victim.txt"]
+
+
+@pytest.fixture
+def umask_027():
+    import os
+
+    old = os.umask(0o027)
+    yield
+    os.umask(old)
+
+
+def test_outputs_get_the_umasks_permissions(tmp_path, umask_027):
+    """mkstemp/mkdtemp make 0600/0700 temporaries; the output ends up as open()/mkdir() would make it."""
+    write_atomic(tmp_path / "report.json", lambda tmp: tmp.write_text("x"))
+    write_atomic(tmp_path / "overlays", lambda tmp: (tmp / "a.json").write_text("{}"), directory=True)
+    assert (tmp_path / "report.json").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "overlays").stat().st_mode & 0o777 == 0o750
+    assert (tmp_path / "overlays" / "a.json").stat().st_mode & 0o777 == 0o640
+
+
+def test_cli_reports_readable_under_a_group_umask(tmp_path, opdiff_cli):
+    """`opdiff compare` and `diagnose --html/--out` in a process whose umask is 002 (a shared CI folder):
+    every report is -rw-rw-r--, the explorer folder drwxrwxr-x."""
+    import numpy as np
+
+    from opdiff.testing.synthetic import Tensor, write_dump
+
+    rng = np.random.default_rng(0)
+    g = [Tensor(f"h.{i}", "aten.mul.Tensor", "output", "0", rng.standard_normal(16).astype(np.float32)) for i in range(3)]
+    write_dump(tmp_path / "golden", g)
+    write_dump(tmp_path / "target", [Tensor(t.module, t.op, t.role, t.pos, t.array * (1.01 if i == 1 else 1))
+                                     for i, t in enumerate(g)])
+
+    def opdiff(*args):
+        return opdiff_cli(*args, umask=0o002)
+
+    out = tmp_path / "cmp"
+    p = opdiff("compare", tmp_path / "golden", tmp_path / "target", "-o", out, "--format", "csv,xlsx,json,html,model-explorer",
+               "--no-progress")
+    assert p.returncode == 1, p.stderr
+    p = opdiff("diagnose", tmp_path / "golden", tmp_path / "target", "--no-replay", "--html", tmp_path / "d.html",
+               "--out", tmp_path / "d.json")
+    assert p.returncode == 1, p.stderr
+    files = [f for f in [*out.iterdir(), tmp_path / "d.html", tmp_path / "d.json"] if f.is_file()]
+    assert len(files) >= 6
+    assert {f.name: oct(f.stat().st_mode & 0o777) for f in files} == {f.name: "0o664" for f in files}
+    folders = [d for d in out.iterdir() if d.is_dir()]
+    assert folders and all(d.stat().st_mode & 0o777 == 0o775 for d in folders)

@@ -18,9 +18,10 @@ from rich.console import Console
 from .base.outdir import prepare_outputs
 from .errors import OpdiffError
 
-# what the demo may secretly inject: real faults mostly, sometimes a benign change or other inputs
+# what the demo may secretly inject: a real fault (or other inputs), unless a benign change is asked for
 DEMO_FAULTS = ("norm_eps", "activation", "weight_row", "attention_scale", "softmax_fp16", "linear_bf16_input",
-               "fused_bug", "bf16_autocast", "inputs_noise")
+               "fused_bug", "inputs_noise")
+DEMO_BENIGN = ("bf16_autocast", "fused_ok", "threads")  # `--benign`: a change that should PASS (or drift)
 DEMO_SIZE = {"layers": 6, "width": 128}  # small enough for a minute on 2 cores, big enough to look real
 OUTPUTS = ("golden", "target", "compare.csv", "compare.xlsx", "compare.json", "diagnosis.json")
 
@@ -38,6 +39,7 @@ class DemoResult:
     found: bool
     reports: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    seed: int | None = None
 
 
 def prepare_out(out: Path, force: bool) -> None:
@@ -49,15 +51,27 @@ def _size(model: str) -> dict[str, Any]:
     return {"t5": {"layers": 3, "width": 128}, "resnet": {}}.get(model, DEMO_SIZE)
 
 
-def pick(model_name: str, seed: int | None, fault: str | None) -> tuple[str, int | None]:
-    """The secret: which fault, in which block (None: the middle one)."""
+def new_seed() -> int:
+    """A seed for a demo run that was given none; printed, so the same draw can be repeated."""
+    return random.SystemRandom().randrange(1, 100_000)
+
+
+def pool(model: Any, benign: bool = False) -> list[str]:
+    """What a secret draw picks from for `model`: the faults of DEMO_FAULTS it can carry, or with `benign`
+    the harmless changes of DEMO_BENIGN; never a mix, so a first demo does not show a PASS page by chance."""
+    from .testing import faults
+
+    return [f for f in (DEMO_BENIGN if benign else DEMO_FAULTS) if faults.applicable(f, model)]
+
+
+def pick(model_name: str, seed: int | None, fault: str | None, benign: bool = False) -> tuple[str, int | None]:
+    """The secret: which fault (from DEMO_FAULTS, or DEMO_BENIGN when `benign`), in which block (None: the middle one)."""
     from .testing import faults, zoo
 
     rng = random.Random(seed)
     model, _ = zoo.build(model_name, **_size(model_name))
     if fault is None:
-        choices = [f for f in DEMO_FAULTS if faults.applicable(f, model)]
-        fault = rng.choice(choices)
+        fault = rng.choice(pool(model, benign))
     elif fault not in faults.FAULTS:
         raise OpdiffError(f"--fault: unknown fault {fault!r} (choose from {', '.join(faults.FAULTS)})")
     _, stack = faults.blocks(model)
@@ -66,8 +80,10 @@ def pick(model_name: str, seed: int | None, fault: str | None) -> tuple[str, int
 
 
 def run_demo(out: str | Path = "opdiff-demo", *, model: str = "gpt2", level: str = "aten", force: bool = False,
-             fault: str | None = None, seed: int | None = None, console: Console | None = None) -> DemoResult:
-    """Run the demo; the fault stays hidden until the diagnosis is printed."""
+             fault: str | None = None, seed: int | None = None, benign: bool = False,
+             console: Console | None = None) -> DemoResult:
+    """Run the demo; the fault stays hidden until the diagnosis is printed. Without `seed`, one is drawn
+    and printed (`--seed` repeats the run); `benign` draws a harmless change instead of a fault."""
     from . import report
     from .capture import capture
     from .compare import compare
@@ -82,10 +98,13 @@ def run_demo(out: str | Path = "opdiff-demo", *, model: str = "gpt2", level: str
     prepare_out(out, force)
     secs: dict[str, float] = {}
     t0 = time.perf_counter()
-    secret, layer = pick(model, seed, fault)
+    seed = new_seed() if seed is None else seed
+    secret, layer = pick(model, seed, fault, benign)
     golden, inputs, target, inj = faults.build_pair(model, secret, layer, **_size(model))
+    what = "a secret change" if fault else ("a secret benign change" if benign else "a secret fault")
     c.print(f"[bold]opdiff demo[/]: a {type(golden).__name__} ({sum(p.numel() for p in golden.parameters()):,} parameters) "
-            f"from transformers; the target carries a secret change.")
+            f"from transformers; the target carries {what}.")
+    c.print(f"seed {seed} (repeat this run with --seed {seed})", highlight=False)
     with capture(golden, out / "golden", level=level, mode="tensor"):
         faults.run(golden, inputs)
     with capture(target, out / "target", level=level, mode="tensor"):
@@ -122,4 +141,5 @@ def run_demo(out: str | Path = "opdiff-demo", *, model: str = "gpt2", level: str
     c.print("[bold green]diagnosis found it[/]" if found else "[bold red]diagnosis missed it[/]")
     secs["total"] = time.perf_counter() - t0
     c.print(f"reports: {', '.join(reports)}  ({secs['total']:.1f} s)")
-    return DemoResult(out, model, level, secret, inj.description, inj.module, d.verdict, culprit, found, reports, secs)
+    return DemoResult(out, model, level, secret, inj.description, inj.module, d.verdict, culprit, found, reports, secs,
+                      seed)

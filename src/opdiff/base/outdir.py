@@ -59,6 +59,23 @@ def check_replaceable(path: Path, error: type[OpdiffError] = OpdiffError, *, dir
     return False
 
 
+def current_umask() -> int:
+    """The process' umask, read without changing it where Linux tells it (/proc/self/status), else set
+    and restored at once (os.umask is the only portable way to read it)."""
+    import os
+
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def write_atomic(path: Path, write: Callable[[Path], object], error: type[OpdiffError] = OpdiffError, *,
                  directory: bool = False) -> None:
     """Write `path` through `write(tmp)` on a new, uniquely named temporary file (or, with `directory`,
@@ -74,6 +91,7 @@ def write_atomic(path: Path, write: Callable[[Path], object], error: type[Opdiff
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
     os.close(fd)
     try:
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes it 0600; an output gets what open() would give
         write(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
@@ -91,6 +109,7 @@ def _write_dir_atomic(path: Path, write: Callable[[Path], object], error: type[O
     was_dir = check_replaceable(path, error, directory=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     try:
+        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it 0700; an output gets what mkdir() would give
         write(tmp)
         if was_dir:
             old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.old."))

@@ -16,11 +16,13 @@ from ..testing.zoo import BUILDERS
 @click.option("--level", type=click.Choice(["module", "api", "aten"]), default="aten", show_default=True,
               help="Capture level.")
 @click.option("--fault", default=None, help="Inject this fault instead of a secret random one (see opdiff.testing.faults).")
-@click.option("--seed", type=int, default=None, help="Seed of the secret pick, to repeat a demo.")
-def demo_cmd(out, force, model, level, fault, seed):
+@click.option("--seed", type=int, default=None, help="Seed of the secret pick (each run prints its own), to repeat a demo.")
+@click.option("--benign", is_flag=True, help="Draw a harmless change (bf16 autocast, a correct fused kernel ...) instead of a fault.")
+def demo_cmd(out, force, model, level, fault, seed, benign):
     """Run golden and a faulty target of a real model, then capture, compare and diagnose them.
 
-    The fault is picked at random and revealed after the diagnosis. Exits 0 when the diagnosis
+    The fault is picked at random (a harmless change with --benign) and revealed after the
+    diagnosis; the seed is printed so the same draw can be repeated with --seed. Exits 0 when the diagnosis
     found it, 1 when it did not, 2 on bad input.
     """
     import shutil
@@ -30,7 +32,8 @@ def demo_cmd(out, force, model, level, fault, seed):
     from ..demo import run_demo
 
     console = Console(width=max(120, shutil.get_terminal_size((120, 40)).columns))
-    res = run_demo(out, model=model, level=level, force=force, fault=fault, seed=seed, console=console)
+    res = run_demo(out, model=model, level=level, force=force, fault=fault, seed=seed, benign=benign,
+                   console=console)
     return 0 if res.found else 1
 
 

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from ..base.errors import OpdiffError
 from ..base.outdir import check_replaceable, check_writable
-from ..base.termsafe import safe, safe_deep
+from ..base.termsafe import safe
 from ..base.vocab import TORCH_LEVELS as LEVELS
 from .common import open_dump
 from .dask_opts import dask_options
@@ -88,7 +88,7 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     if as_json:
         click.echo(report.text(d))
     else:
-        report.render(safe_deep(d), Console(width=160), golden=safe(g.root), target=safe(t.root))
+        report.render(d, Console(width=160), golden=str(g.root), target=str(t.root))  # render makes them terminal-safe
         for p in (out_path, html_path):
             if p is not None:
                 click.echo(f"written: {safe(p)}")

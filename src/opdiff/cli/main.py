@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -12,7 +13,27 @@ from ..base.termsafe import plain
 from ..base.version import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def summary(cmd: click.Command) -> str:
+    """A command's entry in `opdiff --help`: its short_help, else the first paragraph of its help, whole
+    (click's default cuts it at the first '.' and at the terminal's width: "Run COMMAND (e.g.")."""
+    if cmd.short_help:
+        return cmd.short_help
+    first = inspect.cleandoc(cmd.help or "").split("\n\n", 1)[0]
+    return " ".join(first.replace("\b", "").split())
+
+
+class WholeHelpGroup(click.Group):
+    """The command group whose listing gives every command's summary whole (wrapped, never cut)."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, summary(cmd)) for name in self.list_commands(ctx)
+                if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=WholeHelpGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="opdiff")
 def cli() -> None:
     """opdiff: find where and why two runs of the same model stop agreeing.

@@ -182,16 +182,28 @@ def _advice(node: Node, how: str, replayable: bool) -> str:
     return " ".join(parts)
 
 
+def _run_units(t: Tensor | None, noise: Noise) -> float | None:
+    """A tensor pair's error in rounding units of the run's coarsest precision (noise.run_dtype): one
+    unit for a whole path, so an fp32 step inside a bf16 model is not counted in 65,536 times finer units."""
+    if t is None or t.err is None:
+        return None
+    if t.unit == 0:
+        return 0.0 if t.err == 0 else None
+    return t.err / (noise.run_unit or t.unit)
+
+
 def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: int = 40) -> list[dict[str, Any]]:
-    """From the culprit to the model output: diverging calls, one per module at the culprit's level."""
+    """From the culprit to the model output: diverging calls, one per module at the culprit's level
+    (the last diverging call of each), each named by its own module, errors in one unit (_run_units)."""
     comps = culprit.module.split(".") if culprit.module else []
     prefixes = {".".join(comps[:i]) for i in range(len(comps) + 1)}
     own = next((graph.tensors[i] for i in culprit.outputs if graph.tensors[i].err is not None), None)
     entries: list[dict[str, Any]] = [{
         "module": culprit.module, "node": culprit.name, "op": culprit.op,
         "record": own.target.name if own is not None and own.target else None,
-        "error_units": _num(units(own)) if own is not None else None,
+        "error_units": _num(_run_units(own, noise)),
         "cosine": own.pair.metrics.get(M.COSINE) if own is not None else None}]
+    groups = [culprit.module]  # the module at the culprit's depth each entry stands for
     for t in sorted((x for x in graph.tensors if x.target is not None and x.role == "output"), key=lambda x: x.order):
         if t.order < start_order or t.err is None or noise.agrees(t.err, t.unit):
             continue
@@ -199,13 +211,13 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
         mc = node.module.split(".") if node.module else []
         depth = max(i for i in range(len(mc) + 1) if ".".join(mc[:i]) in prefixes)
         key = ".".join(mc[: depth + 1])
-        u = units(t)
-        entry = {"module": key, "node": node.name, "op": node.op, "record": t.rec.name,
-                 "error_units": _num(u), "cosine": t.pair.metrics.get(M.COSINE)}
-        if entries and entries[-1]["module"] == key:
+        entry = {"module": node.module, "node": node.name, "op": node.op, "record": t.rec.name,
+                 "error_units": _num(_run_units(t, noise)), "cosine": t.pair.metrics.get(M.COSINE)}
+        if groups[-1] == key:
             entries[-1] = entry
         else:
             entries.append(entry)
+            groups.append(key)
     if len(entries) > limit:
         entries = entries[: limit - 1] + [entries[-1]]
     return entries

@@ -234,6 +234,14 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int,
     return bad, ndiff, odd, m_ad, m_rel
 
 
+@nb.njit(inline="always")
+def _log_of_ratio(a: float, b: float) -> float:
+    """log(a / b) for positive a, b: log1p((a - b)/b) where a and b are close (no cancellation),
+    log a - log b where a is tiny beside b ((a - b)/b rounds to -1, where log1p gives -inf)."""
+    x = (a - b) / b
+    return math.log1p(x) if x > -0.5 else math.log(a) - math.log(b)
+
+
 @_jit
 def _kl_far(g: Chunk, t: Chunk, p: F64) -> float:
     """The KL sum with a real log1p where the series cannot take a term (ratios the arithmetic log cannot take)."""
@@ -245,7 +253,7 @@ def _kl_far(g: Chunk, t: Chunk, p: F64) -> float:
         if abs(x) < KL_SERIES_MAX:
             sl += a * (x * (1.0 - x * (0.5 - x * (1.0 / 3.0 - x * 0.25))))
         else:
-            sl += a * math.log1p(x)
+            sl += a * _log_of_ratio(a, b)
     return sl
 
 
@@ -356,7 +364,7 @@ def chunk_careful(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, base: int) -> 
         acc[A_KL_SA] += a
         acc[A_KL_SB] += b
         acc[A_KL_SD] += a - b
-        acc[A_KL_SL] += a * math.log1p((a - b) / b)
+        acc[A_KL_SL] += a * _log_of_ratio(a, b)
         if cnt[C_WORST_IDX] < 0 or ad > acc[A_MAX_AD]:
             acc[A_MAX_AD] = ad
             acc[A_WORST_G] = gi

@@ -269,6 +269,13 @@ def _mean_std(s_c: float, s_c2: float, shift: float, n: int) -> tuple[float, flo
     return shift + mc, math.sqrt(max(s_c2 / n - mc * mc, 0.0))
 
 
+def _log_ratio(sa: float, sb: float, sd: float) -> float:
+    """log(A/B) for the KL sums (both > 0, floored at eps32): log1p(D/B) where A and B are close (no
+    cancellation), log A - log B where A is tiny beside B (D/B rounds to -1: log1p would raise)."""
+    x = sd / sb
+    return math.log1p(x) if x > -0.5 else math.log(sa) - math.log(sb)
+
+
 def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float | None,
              shifts: tuple[float, float] = (0.0, 0.0)) -> Metrics:
     """Turn the kernel's accumulators into the metrics dict (docs/metrics.md)."""
@@ -302,6 +309,8 @@ def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float 
     elif ng == 0.0 or nt == 0.0:
         cosine = None
         msgs.append(f"{M.COLUMN[M.COSINE]} N/A: {'golden' if ng == 0.0 else 'target'} is all zero")
+    elif c[K.C_DIFF] == 0:
+        cosine = 1.0  # the same values: exactly 1, not the 0.9999999999999998 the rounded sums give
     else:
         cosine = min(1.0, max(-1.0, a[K.A_SUM_GT] / (ng * nt)))
     euc = math.sqrt(a[K.A_SUM_D2])
@@ -313,7 +322,7 @@ def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float 
         red = None
         msgs.append(f"{M.COLUMN[M.RED]} N/A: golden is all zero")
     # KL = sum(a log(a/b))/A + log(B/A), with log(B/A) = -log1p(sum(a - b)/B) (no cancellation)
-    kl = a[K.A_KL_SL] / a[K.A_KL_SA] - math.log1p(a[K.A_KL_SD] / a[K.A_KL_SB])
+    kl = a[K.A_KL_SL] / a[K.A_KL_SA] - _log_ratio(a[K.A_KL_SA], a[K.A_KL_SB], a[K.A_KL_SD])
     if abs(kl) < K.EPS64:
         kl = 0.0
     g_mean, g_std = _mean_std(a[K.A_SUM_GC], a[K.A_SUM_GC2], shifts[0], n)

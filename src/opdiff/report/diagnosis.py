@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..base import numfmt
+from ..base.termsafe import safe, safe_deep
 from ..compare.run import Comparison
 from ..diagnose.verdict import Diagnosis
 from .html import write_html
@@ -49,8 +50,12 @@ def _tensor_table(title: str, rows: list[tuple[str, dict[str, Any]]], node: str 
 
 
 def render(d: Diagnosis, console: Console | None = None, *, golden: str = "", target: str = "") -> None:
-    """The readable report: verdict, culprit and its tensors, path of divergence, replay, advice, warnings."""
+    """The readable report: verdict, culprit and its tensors, path of divergence, replay, advice, warnings.
+
+    Every string of `d` (record and module names come from files anyone could write) is made safe for
+    the terminal here, once, whoever calls: no rich markup, no control characters."""
     c = console or Console()
+    d, golden, target = safe_deep(d), safe(golden), safe(target)
     if golden or target:
         c.print(f"[dim]golden[/] {golden}   [dim]target[/] {target}")
     counts = d.counts

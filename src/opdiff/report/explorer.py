@@ -13,11 +13,11 @@ the numeric overlays (their node still shows in verdict.json): Model Explorer ta
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from ..base.jsonsafe import dumps
 from ..base.vocab import FAIL, PASS, WARNING
 from ..compare.run import Comparison
 from ..metrics import names as M
@@ -78,6 +78,6 @@ def write_overlays(cmp: Comparison, out: str | Path, keys: dict[str, str] | None
     written = []
     for metric, doc in overlays(cmp, keys).items():
         path = out / f"{metric}.json"
-        path.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        path.write_text(dumps(doc, indent=1) + "\n", encoding="utf-8")
         written.append(path)
     return written

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..base import jsonsafe
 from ..base.errors import DumpError
 from ..base.pair import PairResult
 from ..base.vocab import FAIL, NA, PASS, WARNING
@@ -45,7 +46,8 @@ def _n(x: Any, digits: int = 5) -> Any:
         return "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")
     if isinstance(x, (int, np.integer)):
         return int(x)
-    return float(f"{f:.{digits}g}")
+    r = float(f"{f:.{digits}g}")
+    return r if math.isfinite(r) else f  # near float64's limit, rounding up would give inf
 
 
 def error_units(p: PairResult) -> float | None:
@@ -199,7 +201,21 @@ def build(cmp: Comparison, diagnosis: Diagnosis | None = None, title: str = "opd
     }
 
 
+def page_values(x: Any) -> Any:
+    """`x` with every non-finite number, at any depth, as the page's string "nan", "inf" or "-inf"
+    (numpy scalars as Python ones): whatever a diagnosis' evidence holds, the document is strict JSON."""
+    if isinstance(x, dict):
+        return {str(k): page_values(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [page_values(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return jsonsafe.nonfinite_text(x)
+    return x
+
+
 def encode(doc: dict[str, Any]) -> str:
     """The document as base64 of gzip'd JSON (what the page decompresses with DecompressionStream)."""
-    raw = json.dumps(doc, separators=(",", ":"), allow_nan=False, default=str).encode()
+    raw = json.dumps(page_values(doc), separators=(",", ":"), allow_nan=False, default=str).encode()
     return base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")

@@ -10,7 +10,7 @@ import json
 import os
 from typing import Any
 
-from ..base.jsonsafe import split_nonfinite
+from ..base.jsonsafe import clean, dumps, split_nonfinite
 from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.version import __version__
@@ -89,10 +89,10 @@ def comparison_json(cmp: Comparison, worst: int = 20, pairs: bool = True) -> dic
 def write_json(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     """Write the JSON report (strict JSON: allow_nan=False), one pair per line, streamed: memory
     does not grow with the number of pairs."""
-    head = json.dumps(comparison_json(cmp, pairs=False), separators=(",", ":"), allow_nan=False)
-    enc = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+    head = dumps(comparison_json(cmp, pairs=False), separators=(",", ":"))
+    enc = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=str)
     with open(path, "w", encoding="utf-8") as f:
         f.write(head[:-1] + ',"pairs":[\n')
         for i, r in enumerate(cmp.results):
-            f.write(("," if i else "") + enc.encode(pair_json(r)) + "\n")
+            f.write(("," if i else "") + enc.encode(clean(pair_json(r))) + "\n")
         f.write("]}\n")

@@ -102,8 +102,9 @@ def output_path(out: Path, fmt: str, stem: str) -> Path:
 
 
 def render(result: object, console: Console | None = None, **options: Any) -> None:
-    """Print `result` on the console (rich): the summary each command shows."""
-    writer(result, CONSOLE)(result, console or Console(), **options)
+    """Print `result` on the console (rich): the summary each command shows. Without `console`, each writer
+    picks its own (the comparison summary: 160 columns when stdout is not a terminal, so CI logs do not wrap)."""
+    writer(result, CONSOLE)(result, console, **options)
 
 
 def text(result: HasJson) -> str:

@@ -13,9 +13,9 @@ COMPARED = (("replay_vs_golden", "replay vs golden"), ("replay_vs_target", "repl
             ("target_vs_golden", "target vs golden"))
 
 
-def print_replay(res: ReplayResult, console: Console) -> None:
+def print_replay(res: ReplayResult, console: Console | None = None) -> None:
     """What replaying the op showed, or why it could not run."""
-    c = console
+    c = console or Console(width=160)
     c.print(f"[bold]replay[/] {safe(res.node)}  ({safe(res.level)} op {safe(res.op or '?')} in {safe(res.module or '<root>')})")
     if res.status != "ok":
         c.print(f"[yellow]could not replay:[/] {safe(res.reason)}")

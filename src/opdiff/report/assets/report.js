@@ -8,6 +8,9 @@
              filter: {res: "", op: "", module: "", name: ""}, chartReady: false, tree: null};
   const $ = (id) => document.getElementById(id);
   const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+  // text of names and diagnoses: escaped, with a break opportunity after each . / # _ so that long
+  // module paths and record names wrap inside their panel instead of widening the page
+  const brk = (s) => String(s ?? "").split(/(?<=[./#_])/).map(esc).join("<wbr>");
   const num = (x) => (x === "inf" ? Infinity : x === "-inf" ? -Infinity : x === "nan" ? NaN : x);
 
   // --- numbers, as opdiff's console shows them (base/numfmt.py) ---
@@ -42,16 +45,16 @@
   // --- header and diagnosis ---
   function recLink(name) {
     if (!name) return "-";
-    return `<span class="rec" data-name="${esc(name)}">${esc(name)}</span>`;
+    return `<span class="rec" data-name="${esc(name)}">${brk(name)}</span>`;
   }
   function tensorRows(title, rows) {
     if (!rows || !rows.length) return "";
-    let h = `<tr><th colspan="6">${esc(title)}</th></tr>`;
+    let h = `<tr><th colspan="6">${brk(title)}</th></tr>`;
     for (const t of rows) {
       const dt = t.dtype || {};
-      h += `<tr><td>${recLink(t.target || t.golden)}</td><td>${esc(dt.golden)}/${esc(dt.target)}</td>` +
-        `<td>${esc((t.shape || []).join("x"))}</td><td>${t.error_units == null && t.error ? "differs" : fmtU(t.error_units)}</td>` +
-        `<td>cos ${t.cosine == null ? "-" : fmtCos(1 - t.cosine)}</td><td>max abs ${fmt(t.max_abs_err)}</td></tr>`;
+      h += `<tr><td>${recLink(t.target || t.golden)}</td><td class="n">${brk(dt.golden)}/${brk(dt.target)}</td>` +
+        `<td class="n">${brk((t.shape || []).join("x"))}</td><td class="n">${t.error_units == null && t.error ? "differs" : fmtU(t.error_units)}</td>` +
+        `<td class="n">cos ${t.cosine == null ? "-" : fmtCos(1 - num(t.cosine))}</td><td class="n">max abs ${fmt(t.max_abs_err)}</td></tr>`;
     }
     return h;
   }
@@ -59,34 +62,34 @@
     const box = $("diag");
     if (!d) { box.innerHTML = '<h2>Comparison</h2><p class="muted">No diagnosis in this report (run <code>opdiff diagnose GOLDEN TARGET --html FILE</code>).</p>'; return; }
     const v = String(d.verdict || "?");
-    let h = `<h2>Verdict <span class="badge v-${esc(v)}" id="verdict">${esc(v.toUpperCase())}</span> ${esc(d.summary || "")}</h2>`;
+    let h = `<h2>Verdict <span class="badge v-${brk(v)}" id="verdict">${brk(v.toUpperCase())}</span> ${brk(d.summary || "")}</h2>`;
     const cu = d.culprit;
     const tgt = S.doc.target;
     if (cu) {
       const ci = S.doc.culprit;
       const dir = ci != null ? S.doc.records.dir[ci] : (cu.direction || "forward");
-      h += `<p id="culprit"><b>Culprit:</b> module <span class="mod" data-module="${esc(cu.module || "")}">${esc(cu.module || "<root>")}</span>, ` +
-        `op <code>${esc(cu.op)}</code>, step ${esc(tgt.step)} (rank ${esc(tgt.rank)}), ${esc(dir)}; target record ${recLink(cu.target)}</p>`;
+      h += `<p id="culprit"><b>Culprit:</b> module <span class="mod" data-module="${esc(cu.module || "")}">${brk(cu.module || "<root>")}</span>, ` +
+        `op <code>${brk(cu.op)}</code>, step ${brk(tgt.step)} (rank ${brk(tgt.rank)}), ${brk(dir)}; target record ${recLink(cu.target)}</p>`;
     }
     const ev = d.evidence || {};
     let et = tensorRows("inputs", ev.inputs) + tensorRows("parameters", ev.parameters) + tensorRows("outputs", ev.outputs) + tensorRows("diverging", ev.diverging);
     if (et) h += `<b>Evidence</b><table>${et}</table>`;
-    if (ev.settings && typeof ev.settings === "object") {
-      h += "<p><b>Settings that differ:</b> " + Object.entries(ev.settings).map(([k, s]) => `${esc(k)}: ${esc(s && s.golden)} vs ${esc(s && s.target)}`).join("; ") + "</p>";
+    if (ev.settings && typeof ev.settings === "object" && Object.keys(ev.settings).length) {  // no empty heading
+      h += "<p><b>Settings that differ:</b> " + Object.entries(ev.settings).map(([k, s]) => `${brk(k)}: ${brk(s && s.golden)} vs ${brk(s && s.target)}`).join("; ") + "</p>";
     }
     if (d.path_of_divergence && d.path_of_divergence.length) {
       h += "<b>Path of divergence</b> (culprit → model output)<table><tr><th>module</th><th>op</th><th>error</th><th>cosine</th></tr>";
-      for (const p of d.path_of_divergence) h += `<tr><td>${p.target ? `<span class="rec" data-name="${esc(p.target)}">${esc(p.module || "<root>")}</span>` : esc(p.module || "<root>")}</td><td>${esc(p.op)}</td><td>${fmtU(p.error_units)}</td><td>${p.cosine == null ? "-" : fmtCos(1 - p.cosine)}</td></tr>`;
+      for (const p of d.path_of_divergence) h += `<tr><td>${p.target ? `<span class="rec" data-name="${esc(p.target)}">${brk(p.module || "<root>")}</span>` : brk(p.module || "<root>")}</td><td>${brk(p.op)}</td><td class="n">${fmtU(p.error_units)}</td><td class="n">${p.cosine == null ? "-" : fmtCos(1 - num(p.cosine))}</td></tr>`;
       h += "</table>";
     }
     if (d.candidates && d.candidates.length) {
       h += "<b>Candidates</b> (ranked)<table><tr><th>#</th><th>module</th><th>op</th><th>score</th><th>why</th></tr>";
-      for (const c of d.candidates.slice(0, 8)) h += `<tr><td>${esc(c.rank)}</td><td><span class="mod" data-module="${esc(c.module || "")}">${esc(c.module || "<root>")}</span></td><td>${esc(c.op)}</td><td>${fmt(c.score == null && c.score_nonfinite ? c.score_nonfinite : c.score, 3)}</td><td>${esc(c.reason || "")}</td></tr>`;
+      for (const c of d.candidates.slice(0, 8)) h += `<tr><td>${brk(c.rank)}</td><td><span class="mod" data-module="${esc(c.module || "")}">${brk(c.module || "<root>")}</span></td><td>${brk(c.op)}</td><td>${fmt(c.score == null && c.score_nonfinite ? c.score_nonfinite : c.score, 3)}</td><td>${brk(c.reason || "")}</td></tr>`;
       h += "</table>";
     }
-    if (d.replay) h += d.replay.status === "ok" ? `<p><b>Replay:</b> ${esc(d.replay.conclusion)}</p>` : `<p class="muted">Replay skipped: ${esc(d.replay.reason)}</p>`;
-    if (d.advice) h += `<p><b>Advice:</b> ${esc(d.advice)}</p>`;
-    for (const w of d.warnings || []) h += `<p class="warn">warning: ${esc(w)}</p>`;
+    if (d.replay) h += d.replay.status === "ok" ? `<p><b>Replay:</b> ${brk(d.replay.conclusion)}</p>` : `<p class="muted">Replay skipped: ${brk(d.replay.reason)}</p>`;
+    if (d.advice) h += `<p><b>Advice:</b> ${brk(d.advice)}</p>`;
+    for (const w of d.warnings || []) h += `<p class="warn">warning: ${brk(w)}</p>`;
     box.innerHTML = h;
     box.querySelectorAll(".rec").forEach((el) => el.addEventListener("click", () => selectByName(el.dataset.name)));
     box.querySelectorAll(".mod").forEach((el) => el.addEventListener("click", () => selectModule(el.dataset.module)));
@@ -283,30 +286,32 @@
   // --- details of the selected pair ---
   function renderDetails(i) {
     const R = S.doc.records, M = S.doc.metrics;
-    let h = `<h2>Pair #${i} <span class="badge r${R.res[i]}">${S.doc.results[R.res[i]]}</span></h2>` +
-      `<table><tr><td>target</td><td class="mono" id="d-name">${esc(R.name[i])}</td></tr>` +
-      (R.gname[i] ? `<tr><td>golden</td><td class="mono">${esc(R.gname[i])}</td></tr>` : "") +
-      `<tr><td>module</td><td>${esc(R.module[i] || "<root>")}</td></tr><tr><td>op</td><td>${esc(R.op[i])} (${esc(R.dir[i])})</td></tr>` +
+    let h = `<h2>Pair #${i} <span class="badge r${R.res[i]}">${S.doc.results[R.res[i]]}</span></h2><div class="dgrid"><div class="dtab">` +
+      `<table><tr><td>target</td><td class="mono" id="d-name">${brk(R.name[i])}</td></tr>` +
+      (R.gname[i] ? `<tr><td>golden</td><td class="mono">${brk(R.gname[i])}</td></tr>` : "") +
+      `<tr><td>module</td><td>${brk(R.module[i] || "<root>")}</td></tr><tr><td>op</td><td>${brk(R.op[i])} (${brk(R.dir[i])})</td></tr>` +
       `<tr><td>dtype g/t</td><td>${esc(R.gdt[i])}/${esc(R.tdt[i])}</td></tr><tr><td>shape</td><td>[${esc(R.shape[i].join(","))}]</td></tr>` +
-      `<tr><td>match / status</td><td>${esc(R.match[i])} / ${esc(R.status[i])}</td></tr>` +
+      `<tr><td>match / status</td><td>${brk(R.match[i])} / ${brk(R.status[i])}</td></tr>` +
       `<tr><td>error</td><td>${fmtU(R.eu[i])}</td></tr><tr><td>Cosine</td><td id="d-cos">${fmtCos(R.omc[i])}</td></tr>`;
     for (const k of Object.keys(M)) if (M[k][i] !== null && M[k][i] !== undefined) h += `<tr><td>${esc(k)}</td><td class="mono">${fmt(M[k][i], 6)}</td></tr>`;
-    if (R.msg[i]) h += `<tr><td>note</td><td>${esc(R.msg[i])}</td></tr>`;
-    h += "</table>";
+    if (R.msg[i]) h += `<tr><td>note</td><td>${brk(R.msg[i])}</td></tr>`;
+    h += "</table></div>";
     const s = S.doc.samples[String(i)];
-    h += s ? `<div id="pairplots"><div id="pp-scatter"></div><div id="pp-hist"></div></div>` :
-      '<p class="muted">No value sample stored for this pair (samples are kept for the diagnosis\' tensors and the worst pairs).</p>';
+    h += (s ? `<div id="pairplots"><div id="pp-scatter"></div><div id="pp-hist"></div></div>` :
+      '<p class="muted">No value sample stored for this pair (samples are kept for the diagnosis\' tensors and the worst pairs).</p>') + "</div>";
     $("details").innerHTML = h;
     if (s && window.Plotly) {
       const g = s.g.map(num), t = s.t.map(num);
       const lo = Math.min(...g.filter(Number.isFinite)), hi = Math.max(...g.filter(Number.isFinite));
-      const m = {l: 45, r: 5, t: 25, b: 35};
+      // small charts: titles on the left, no plotly toolbar over them (drag zooms, double-click resets)
+      const m = {l: 45, r: 5, t: 28, b: 35}, small = {displaylogo: false, displayModeBar: false, responsive: true};
+      const title = (text) => ({text, font: {size: 12}, x: 0.02, xanchor: "left"});
       Plotly.newPlot("pp-scatter", [{type: "scatter", mode: "markers", x: g, y: t, marker: {size: 4, color: COLORS[R.res[i]]}, name: "values"},
         {type: "scatter", mode: "lines", x: [lo, hi], y: [lo, hi], line: {color: "#888", dash: "dot"}, name: "y = x"}],
-        {title: {text: "target vs golden (sample)", font: {size: 12}}, margin: m, showlegend: false, xaxis: {title: {text: "golden"}}, yaxis: {title: {text: "target"}}},
-        {displaylogo: false, staticPlot: false, responsive: true});
+        {title: title("target vs golden (sample)"), margin: m, showlegend: false, xaxis: {title: {text: "golden"}}, yaxis: {title: {text: "target"}}},
+        small);
       Plotly.newPlot("pp-hist", [{type: "histogram", x: t.map((v, k) => v - g[k]), marker: {color: COLORS[R.res[i]]}, nbinsx: 40}],
-        {title: {text: "target − golden (sample)", font: {size: 12}}, margin: m, bargap: 0.05}, {displaylogo: false, responsive: true});
+        {title: title("target − golden (sample)"), margin: m, bargap: 0.05}, small);
     }
   }
   function select(i, from) {
