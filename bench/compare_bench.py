@@ -108,11 +108,11 @@ def child_compare(golden: str, target: str, workers: int, reports: str) -> dict:
     cmp = compare(golden, target, workers=workers)
     t_cmp = time.perf_counter()
     if reports:
-        from opdiff.report import WRITERS
+        from opdiff import report
 
         out = Path(tempfile.mkdtemp(prefix="opdiff-bench-"))
         for f in reports.split(","):
-            WRITERS[f](cmp, out / f"compare.{f}")
+            report.write(cmp, f, report.output_path(out, f, "compare"))
     t_end = time.perf_counter()
     return {
         "import_s": t_import - t_start, "compare_s": t_cmp - t_import, "reports_s": t_end - t_cmp,

@@ -33,12 +33,13 @@ import numpy as np
 import torch
 
 import opdiff
+from opdiff.base.vocab import TORCH_LEVELS
 from opdiff.compare import compare
 from opdiff.diagnose import diagnose
 from opdiff.store.stats import tensor_stats
 from opdiff.testing import faults, zoo
 
-LEVELS, MODES = ("module", "api", "aten"), ("stats", "hash", "tensor")
+LEVELS, MODES = TORCH_LEVELS, ("stats", "hash", "tensor")
 CHECKS: list[tuple[str, bool, str]] = []
 
 

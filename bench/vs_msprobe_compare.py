@@ -2,6 +2,11 @@
 
     .venv/bin/python bench/vs_msprobe_compare.py [--out bench/out/vs_msprobe] [--layers 6] [--width 1024]
                                                 [--seq 1024] [--batch 2] [--keep] [--reuse]
+    .venv/bin/python bench/vs_msprobe_compare.py --workload small-ops [--ops 2000] [--elements 65536] ...
+
+Two workloads: `gpt2` (default: few large tensors, bandwidth-bound) and `small-ops` (a chain of
+--ops torch.tanh calls on one fp32 tensor of --elements, 256 KB by default: 2 * ops small records
+per side, where the per-record cost dominates; the target is nudged before call ops / 3).
 
 Makes a golden/target pair of msprobe L1 tensor dumps (forward) of a seeded GPT-2 with
 `msprobe_dumps.py` in the mindstudio-probe venv (`make venv-msprobe`; or $OPDIFF_MSPROBE_PYTHON);
@@ -9,8 +14,8 @@ the target's layer-1 GELU is the tanh form, so every later tensor differs. Then 
 fresh child process on the same `step0` folders, with the page cache warm for all three:
 
 - a plain numpy read of every tensor file of both sides (`np.fromfile`): what the disk/cache allows;
-- `opdiff compare G T -o OUT` with its default outputs (csv, xlsx, json) and workers, after one
-  unmeasured run (numba compiles opdiff's kernels on the very first run, then loads them from its cache);
+- `opdiff compare G T -o OUT` with its default outputs (csv, xlsx, json) and workers, and with
+  `--format csv` (msprobe's own output), after one unmeasured run (numba compiles opdiff's kernels on the very first run, then loads them from its cache);
 - `msprobe compare -gp G -tp T -o OUT` (its default output: one CSV).
 
 Wall time includes interpreter start-up; peak RSS is the largest sum of RSS over the child's
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -48,10 +54,10 @@ def msprobe_python() -> Path:
     sys.exit("vs_msprobe_compare: no mindstudio-probe venv (make venv-msprobe, or set OPDIFF_MSPROBE_PYTHON)")
 
 
-def make_dumps(out: Path, sizes: list[str]) -> float:
+def make_dumps(out: Path, sizes: list[str], fault: int) -> float:
     """Golden and target msprobe dumps under `out`, made in one msprobe process; returns seconds taken."""
     jobs = [[str(out / "golden"), "--task", "tensor", "--level", "L1", *sizes],
-            [str(out / "target"), "--task", "tensor", "--level", "L1", "--fault-layer", "1", *sizes]]
+            [str(out / "target"), "--task", "tensor", "--level", "L1", "--fault-layer", str(fault), *sizes]]
     jobs_file = out / "jobs.json"
     jobs_file.write_text(json.dumps(jobs))
     t0 = time.perf_counter()
@@ -70,7 +76,9 @@ def tensor_files(root: Path) -> list[Path]:
 
 
 def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> dict:
-    """Run `cmd` as a child; wall seconds, exit status and peak RSS of its whole process tree."""
+    """Run `cmd` as a child; wall seconds, CPU seconds (user + system of the child and the children it
+    waited for: the fairer figure on a loaded machine), exit status and peak RSS of its process tree."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = psutil.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     peak = 0
@@ -83,7 +91,10 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> dict:
         time.sleep(0.05)
     wall = time.perf_counter() - t0
     out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    return {"cmd": cmd, "wall_s": wall, "peak_rss_mb": peak / 1e6, "rc": proc.returncode, "tail": out[-1500:]}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"cmd": cmd, "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak / 1e6, "rc": proc.returncode,
+            "tail": out[-1500:], "load": os.getloadavg()[0]}
 
 
 NUMPY_READ = """
@@ -104,14 +115,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--workload", choices=("gpt2", "small-ops"), default="gpt2")
+    p.add_argument("--ops", type=int, default=2000, help="small-ops: torch.tanh calls (2 records each)")
+    p.add_argument("--elements", type=int, default=1 << 16, help="small-ops: fp32 elements per tensor")
     p.add_argument("--keep", action="store_true", help="keep the dumps (and reuse them next time with --reuse)")
     p.add_argument("--reuse", action="store_true", help="reuse dumps left by an earlier --keep run")
     args = p.parse_args(argv)
 
     out: Path = args.out
     dumps = out / "dumps"
-    sizes = ["--layers", str(args.layers), "--width", str(args.width), "--seq", str(args.seq),
-             "--batch", str(args.batch), "--heads", str(args.heads)]
+    if args.workload == "small-ops":
+        sizes, fault = ["--model", "chain", "--ops", str(args.ops), "--elements", str(args.elements)], args.ops // 3
+    else:
+        sizes, fault = ["--layers", str(args.layers), "--width", str(args.width), "--seq", str(args.seq),
+                        "--batch", str(args.batch), "--heads", str(args.heads)], 1
     report: dict = {"model": dict(zip(sizes[::2], sizes[1::2])), "cpus": os.cpu_count()}
     free = shutil.disk_usage(out.parent if out.parent.exists() else REPO).free
     if not (args.reuse and (dumps / "golden").exists()):
@@ -119,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit(f"vs_msprobe_compare: only {free / GB:.1f} GB free; needs about 15 GB")
         shutil.rmtree(dumps, ignore_errors=True)
         dumps.mkdir(parents=True)
-        report["dump_s"] = make_dumps(dumps, sizes)
+        report["dump_s"] = make_dumps(dumps, sizes, fault)
     g, t = part(dumps / "golden"), part(dumps / "target")
     files = tensor_files(g) + tensor_files(t)
     total = sum(f.stat().st_size for f in files)
@@ -131,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     py = sys.executable
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     msprobe = str(msprobe_python().parent / "msprobe")
-    for d in ("opdiff_out", "msprobe_out"):
+    for d in ("opdiff_out", "opdiff_csv_out", "msprobe_out"):
         shutil.rmtree(out / d, ignore_errors=True)
     runs = {}
     runs["numpy read"] = run_measured([py, "-c", NUMPY_READ, str(listing)])  # also warms the page cache
@@ -139,20 +156,27 @@ def main(argv: list[str] | None = None) -> int:
     opdiff_cmd = [py, "-m", "opdiff", "compare", str(g), str(t), "--no-progress", "--force", "-o"]
     run_measured([*opdiff_cmd, str(out / "opdiff_out")], env)  # numba compiles its kernels once, into its cache
     runs["opdiff compare"] = run_measured([*opdiff_cmd, str(out / "opdiff_out")], env)
+    runs["opdiff --format csv"] = run_measured([*opdiff_cmd, str(out / "opdiff_csv_out"), "--format", "csv"], env)
     runs["msprobe compare"] = run_measured([msprobe, "compare", "-gp", str(g), "-tp", str(t), "-o",
                                            str(out / "msprobe_out")])
     report["runs"] = runs
-    failed = runs["msprobe compare"]["rc"] != 0 or runs["opdiff compare"]["rc"] not in (0, 1)
-    print(f"\n{'':18}{'wall s':>9}{'GB/s':>8}{'peak RSS MB':>13}{'exit':>6}")
+    failed = runs["msprobe compare"]["rc"] != 0 or any(runs[k]["rc"] not in (0, 1) for k in ("opdiff compare", "opdiff --format csv"))
+    print(f"\n{'':20}{'wall s':>9}{'CPU s':>9}{'GB/s':>8}{'peak RSS MB':>13}{'exit':>6}{'load':>6}")
     for name, r in runs.items():
-        print(f"{name:18}{r['wall_s']:9.2f}{total / GB / r['wall_s']:8.2f}{r['peak_rss_mb']:13.0f}{r['rc']:6}")
+        print(f"{name:20}{r['wall_s']:9.2f}{r['cpu_s']:9.2f}{total / GB / r['wall_s']:8.2f}{r['peak_rss_mb']:13.0f}"
+              f"{r['rc']:6}{r['load']:6.1f}")
     if failed:
         print(runs["opdiff compare"]["tail"], runs["msprobe compare"]["tail"], sep="\n", file=sys.stderr)
         print("a comparison failed: no ratio", file=sys.stderr)
     else:
         report["speedup"] = runs["msprobe compare"]["wall_s"] / runs["opdiff compare"]["wall_s"]
+        report["speedup_csv"] = runs["msprobe compare"]["wall_s"] / runs["opdiff --format csv"]["wall_s"]
+        report["cpu_ratio"] = runs["msprobe compare"]["cpu_s"] / runs["opdiff compare"]["cpu_s"]
+        report["cpu_ratio_csv"] = runs["msprobe compare"]["cpu_s"] / runs["opdiff --format csv"]["cpu_s"]
         print(f"\nopdiff compare is {report['speedup']:.1f}x faster than msprobe compare "
-              f"(peak RSS {runs['opdiff compare']['peak_rss_mb'] / runs['msprobe compare']['peak_rss_mb']:.2f}x)")
+              f"(peak RSS {runs['opdiff compare']['peak_rss_mb'] / runs['msprobe compare']['peak_rss_mb']:.2f}x); "
+              f"{report['speedup_csv']:.1f}x with --format csv; in CPU time {report['cpu_ratio']:.1f}x and "
+              f"{report['cpu_ratio_csv']:.1f}x (load average {os.getloadavg()[0]:.1f})")
     (out / "vs_msprobe.json").write_text(json.dumps(report, indent=1))
     if not args.keep:
         shutil.rmtree(dumps, ignore_errors=True)

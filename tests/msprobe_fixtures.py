@@ -32,6 +32,17 @@ DUMPS: dict[str, list[str]] = {
     "mix_xor": ["--task", "statistics", "--summary", "xor", "--level", "mix"],
     "ranks": ["--task", "statistics", "--level", "L1", "--ranks", "2", "--steps", "2"],
 }
+# made only when a test asks for them (make_dumps), not with every session's DUMPS
+MORE_DUMPS: dict[str, list[str]] = {
+    # tensor task with msprobe's checksums beside the data (bf16 CRC-32; fp32 xor): opdiff checks one against the other
+    "l1_md5_tensor_bf16": ["--task", "tensor", "--summary", "md5", "--level", "L1", "--dtype", "bfloat16"],
+    "l1_xor_tensor": ["--task", "tensor", "--summary", "xor", "--level", "L1"],
+    # statistics at L1, golden and a target with the GELU fault: msprobe's summary-mode results to match
+    "l1_stats": ["--task", "statistics", "--level", "L1", "--backward"],
+    "l1_stats_target": ["--task", "statistics", "--level", "L1", "--backward", "--fault-layer", "1"],
+    "l1_md5_target": ["--task", "statistics", "--summary", "md5", "--level", "L1", "--dtype", "bfloat16",
+                      "--fault-layer", "1"],
+}
 
 
 def msprobe_python() -> Path | None:
@@ -57,7 +68,7 @@ def make_dumps(base: Path, names: list[str]) -> dict[str, Path]:
     if not todo:
         return {n: base / n for n in names}
     base.mkdir(parents=True, exist_ok=True)
-    jobs = [[str(base / n), *DUMPS[n]] for n in todo]
+    jobs = [[str(base / n), *(DUMPS | MORE_DUMPS)[n]] for n in todo]
     jobs_file = base / "jobs.json"
     jobs_file.write_text(json.dumps(jobs))
     proc = subprocess.run([str(py), str(SCRIPT), "--jobs", str(jobs_file)], capture_output=True, text=True, timeout=900)

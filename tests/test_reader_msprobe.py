@@ -173,7 +173,10 @@ def test_load_any_level_of_the_layout(dumps):
     d = opdiff.load(root / "step1")
     assert (d.rank, d.step, d.format) == (0, 1, "msprobe")
     d = opdiff.load(root / "step1" / "rank1")
-    assert (d.rank, d.step) == (1, 1) and d.with_part(0, 0).step == 0
+    assert (d.rank, d.step, d.parts) == (1, 1, [(1, 1)])  # a rank folder is that part alone (test_dump_address.py)
+    with pytest.raises(DumpError, match="no part rank 0 step 0 here"):
+        d.with_part(0, 0)
+    assert opdiff.load(root).with_part(1, 1).step == 1 and opdiff.load(root / "step1").parts == [(0, 1), (1, 1)]
     # two single-process runs (proc{pid}, different pids) pair as rank 0
     a, b = opdiff.load(dumps["l1_golden"]), opdiff.load(dumps["l1_golden_again"])
     assert part_dir(dumps["l1_golden"]).name != part_dir(dumps["l1_golden_again"]).name

@@ -170,12 +170,12 @@ def test_missing_file_is_one_line_exit_2(dumps, tmp_path, drop):
     assert not (tmp_path / "o").exists()
 
 
-def test_garbled_file_and_unreadable_mode_are_one_line_exit_2(dumps, tmp_path):
+def test_garbled_file_is_one_line_exit_2_and_curt_health_imports(dumps, tmp_path):
     bad = _bad(dumps, tmp_path, garble="graphs")
     code, _, err = _cli("import", "tfdbg", bad, tmp_path / "o")
     assert code == 2 and err.count("\n") == 1 and ".graphs" in err
-    code, _, err = _cli("import", "tfdbg", dumps["CURT_HEALTH"], tmp_path / "o2")
-    assert code == 2 and err.count("\n") == 1 and "CURT_HEALTH" in err
+    code, _, err = _cli("import", "tfdbg", dumps["CURT_HEALTH"], tmp_path / "o2")  # every mode reads now
+    assert code == 0 and (tmp_path / "o2" / "meta.json").exists(), err
     (tmp_path / "empty").mkdir()
     code, _, err = _cli("import", "tfdbg", tmp_path / "empty", tmp_path / "o3")
     assert code == 2 and "not a tfdbg dump" in err

@@ -121,3 +121,23 @@ def test_console_summary(cmp):
     assert "worst 3 pairs" in text and "unmatched target records: 1" in text
     assert "reports: out/compare.csv" in text
     assert text.strip().splitlines()[-1] == "FAIL (2 FAIL, 1 unmatched (--allow-unmatched accepts them))"
+
+
+def test_xlsx_keeps_any_text_and_every_number(cmp, tmp_path):
+    """The direct SpreadsheetML writer: markup, spaces at the ends, control characters (as Excel's
+    _xHHHH_), non-ASCII text, non-finite metrics as text and full-precision floats all read back; a
+    read-only reader sees every row."""
+    from dataclasses import replace
+
+    odd = ' <a href="x">&amp;</a> ü 中文 \u202e\x01 '
+    inf_metrics = {**cmp.results[1].metrics, M.MAX_ABS_ERR: float("inf"), M.COSINE: 0.1 + 0.2}
+    rows = [replace(cmp.results[0], note=odd), replace(cmp.results[1], metrics=inf_metrics), *cmp.results[2:]]
+    path = tmp_path / "odd.xlsx"
+    write_xlsx(replace(cmp, results=rows), path)
+    ws = openpyxl.load_workbook(path).active
+    header = [c.value for c in ws[1]]
+    note = ws.cell(row=2, column=header.index("Note") + 1).value
+    assert note == odd.replace("\x01", "_x0001_")
+    assert ws.cell(row=3, column=header.index(M.COLUMN[M.MAX_ABS_ERR]) + 1).value == "inf"
+    assert ws.cell(row=3, column=header.index(M.COLUMN[M.COSINE]) + 1).value == 0.1 + 0.2
+    assert openpyxl.load_workbook(path, read_only=True).active.max_row == len(rows) + 1

@@ -45,7 +45,7 @@ def test_every_key_names_a_real_class():
 def test_every_comparison_format_written_in_place(runs, tmp_path):
     cmp, _ = runs
     fmts = [f for f in report.formats(cmp) if f != report.CONSOLE]
-    assert set(fmts) == {"csv", "xlsx", "json", "html", "model-explorer"}
+    assert set(fmts) == {"csv", "xlsx", "json", "html", "model-explorer", "msprobe-csv", "msprobe-xlsx"}
     for f in fmts:
         path = report.write(cmp, f, report.output_path(tmp_path, f, "compare"))
         assert path.is_dir() if f in report.FOLDERS else path.stat().st_size > 0
@@ -115,3 +115,26 @@ def test_confirm_returns_the_replay_result_diagnose_keeps(runs, tmp_path):
     res = confirm(cmp.golden, cmp.target, d)
     assert isinstance(res, ReplayResult) and res.status == "skipped" and res.reason
     assert set(res.to_json()) >= {"status", "reason"}
+
+
+def test_fusion_and_hunt_results_render_without_report_importing_them(tmp_path):
+    """Both live above report: their console writers are found by class path, and fed a real result."""
+    from opdiff.fusion.bisect import Bisection
+    from opdiff.fusion.ort import FusionResult
+    from opdiff.hunting import HuntResult, PassInfo
+
+    b = Bisection(["GeluFusion", "AttentionFusion"], ["GeluFusion"], [(["GeluFusion"], True, 0.5)])
+    fr = FusionResult("onnxruntime", False, tmp_path, first_fail="n\x1b[31m#0", bisection=b, culprits=["GeluFusion"],
+                      fused_nodes={"Gelu_1": ["Mul_0", "Erf_0"]}, restored=True, counts={"PASS": 3, "FAIL": 1},
+                      extra={"observed": {"nodes": 3}})  # ORT's observed: no compiled regions
+    hr = HuntResult(tmp_path, "pass", None, None, None, passes=[PassInfo("pass1-golden", "stats", "module", None, 4, 0, 64, 9)])
+    con = Console(record=True, width=200)
+    report.render(fr, con)
+    report.render(hr, con)
+    out = con.export_text()
+    assert "pass at fault: GeluFusion (turning it off restores agreement)" in out
+    assert "made Gelu_1 from Mul_0, Erf_0" in out and "bisection: 2 switches, 1 runs" in out
+    assert "diverges first at n\\x1b[31m#0" in out  # a name from the model cannot drive the terminal
+    assert "pass1-golden" in out and "verdict: pass" in out
+    report.write(fr, "json", tmp_path / "fusion.json")
+    assert json.loads((tmp_path / "fusion.json").read_text())["culprits"] == ["GeluFusion"]

@@ -34,6 +34,8 @@ class Metrics(TypedDict, total=False):
     mean_rel_err: float | None
     rmse: float | None
     acc_rel_err: float | None
+    max_rel_error: float | None  # msaccucmp's MaxRelativeError (|golden| <= eps skipped)
+    mean_rel_error: float | None  # msaccucmp's MeanRelativeError
     rel_euclid_dist: float | None
     euc_dist: float | None
     kl_div: float | None

@@ -21,6 +21,8 @@ MODES: tuple[Mode, ...] = get_args(Mode)
 # runs of one model: tensor name, "tensor|consumer" for a node input), and the original nodes a fused op replaces
 GRAPH_VALUE = "graph_value"
 PROVENANCE_KEY = "fused_from"
+# Record.extra key a reader sets when a checksum the format carries fails: why (the pair is an error, never data)
+DAMAGED = "damaged"
 
 # match kinds: how a pair was made
 MATCH_NAME = "name"  # same record name on both sides
@@ -30,12 +32,13 @@ MATCH_FUSION = "fusion"  # many-to-one: one target op stands for several golden 
 UNMATCHED = "unmatched"  # one side only
 
 # status of a pair: whether numbers could be computed at all
-PairStatus = Literal["compared", "shape-mismatch", "dtype-mismatch", "unmatched", "error"]
+PairStatus = Literal["compared", "shape-mismatch", "dtype-mismatch", "unmatched", "error", "not-judged"]
 STATUS_COMPARED: Final = "compared"
 STATUS_SHAPE_MISMATCH: Final = "shape-mismatch"
 STATUS_DTYPE_MISMATCH: Final = "dtype-mismatch"  # only where the compare mode cannot bridge the dtypes (hash mode)
 STATUS_UNMATCHED: Final = "unmatched"
 STATUS_ERROR: Final = "error"  # data unreadable (corrupt tensor): metrics N/A, reason in err_message
+STATUS_NOT_JUDGED: Final = "not-judged"  # both records hold nothing comparable (tfdbg NO_TENSOR): neither agreement nor not
 
 # results of a pair
 PairVerdict = Literal["PASS", "WARNING", "FAIL", "N/A"]

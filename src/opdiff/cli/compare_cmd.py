@@ -12,10 +12,11 @@ import click
 
 from ..base.errors import OpdiffError
 from ..base.outdir import check_replaceable, check_writable, claim_dir
-from .common import open_dump
 from .dask_opts import dask_options
+from .parallel_opts import open_sides, parallel_options, parallel_report
 
-FORMATS = ("csv", "xlsx", "json", "html", "model-explorer")
+FORMATS = ("csv", "xlsx", "json", "html", "model-explorer", "msprobe-csv", "msprobe-xlsx")
+MSPROBE_FORMATS = "msprobe-csv,msprobe-xlsx,json"  # what --preset msprobe writes unless --format says
 REPORT_STEM = "compare"
 EXPLORER = "model-explorer"  # the Model Explorer overlays: a folder, not a compare.<format> file
 
@@ -42,7 +43,7 @@ def _prepare_out(out: Path, force: bool, fmts: list[str]) -> None:
 
 def _paths(out: Path, fmts: list[str]) -> list[Path]:
     """Where each report goes: `compare.<format>`, the Model Explorer overlays in a folder."""
-    return [out / (f if f == EXPLORER else f"{REPORT_STEM}.{f}") for f in fmts]
+    return [out / (f if f == EXPLORER else f"{REPORT_STEM}.{f.replace('-', '.')}") for f in fmts]  # as report.output_path
 
 
 @click.command("compare")
@@ -54,7 +55,8 @@ def _paths(out: Path, fmts: list[str]) -> list[Path]:
 @click.option("--map", "map_file", type=click.Path(), help="Mapping file (YAML/JSON): exact names, regex renames, fusions.")
 @click.option("--thresholds", "thresholds_file", type=click.Path(), help="Verdict rules file (YAML/JSON).")
 @click.option("--preset", default="default", show_default=True,
-              help="Verdict rule preset: default, msprobe-torchair, msaccucmp, bitwise.")
+              help="Verdict rule preset: default, msprobe-torchair, msaccucmp, bitwise; msprobe: msprobe's "
+                   "result files (compare.msprobe.csv/.xlsx, msprobe's columns and Result rules).")
 @click.option("--pass-if", "pass_if", multiple=True, metavar="EXPR",
               help="PASS condition replacing the preset's tensor rules, e.g. 'Cosine>=0.999' (repeatable).")
 @click.option("--warn-if", "warn_if", multiple=True, metavar="EXPR",
@@ -65,13 +67,15 @@ def _paths(out: Path, fmts: list[str]) -> list[Path]:
 @click.option("--allow-partial", is_flag=True, help="Compare an incomplete (cut-off) dump up to where it stops.")
 @click.option("--allow-unmatched", is_flag=True, help="Records without a counterpart do not fail the comparison.")
 @click.option("--force", is_flag=True, help="Write into an existing non-empty output directory.")
-@click.option("--format", "formats", default="csv,xlsx,json", show_default=True,
-              help=f"Report formats, comma-separated, from: {', '.join(FORMATS)}.")
+@click.option("--format", "formats", default=None,
+              help=f"Report formats, comma-separated, from: {', '.join(FORMATS)} [default: csv,xlsx,json].")
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Worst pairs to print.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @dask_options
+@parallel_options
 def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pass_if, warn_if, workers, rank, step,
-                allow_partial, allow_unmatched, force, formats, top, no_progress, scheduler, placement, shard_mb):
+                allow_partial, allow_unmatched, force, formats, top, no_progress, scheduler, placement, shard_mb,
+                layout_file, merge):
     """Compare every tensor of TARGET with its counterpart in GOLDEN and write reports to OUT.
 
     Exits 0 when everything passes, 1 when something fails, 2 on bad input.
@@ -80,7 +84,9 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     from ..metrics.thresholds import load_thresholds, parse_expr, with_rules
     from ..metrics.thresholds import preset as get_preset
 
-    fmts = _formats(formats)
+    if preset == "msprobe":  # msprobe's own result files; opdiff's verdict (exit status) by its default rules
+        preset, formats = "default", formats or MSPROBE_FORMATS
+    fmts = _formats(formats or "csv,xlsx,json")
     th = load_thresholds(thresholds_file, base=preset) if thresholds_file else get_preset(preset)
     if warn_if and not pass_if:
         raise OpdiffError("--warn-if needs --pass-if")
@@ -93,8 +99,7 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
         return run_compare(golden, target, Path(out), scheduler=scheduler, placement=placement, shard_mb=shard_mb,
                            fmts=fmts, top=top, allow_unmatched=allow_unmatched, force=force, mapping=mapping,
                            mode=mode, thresholds=th, rank=rank, step=step, allow_partial=allow_partial)
-    g = open_dump(golden, rank, step, allow_partial)
-    t = open_dump(target, rank, step, allow_partial)
+    g, t = open_sides(golden, target, rank, step, allow_partial, layout_file, merge)
     out_dir = Path(out)
     _prepare_out(out_dir, force, fmts)
     from .. import report
@@ -107,7 +112,8 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     report.render(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
     for f, path in zip(fmts, paths):
         report.write(cmp, f, path)
-    return 0 if cmp.passed(allow_unmatched) else 1
+    ranks_failed = parallel_report(g, t, cmp.results, th, out_dir)
+    return 0 if cmp.passed(allow_unmatched) and not ranks_failed else 1
 
 
 def register(cli: click.Group) -> None:

@@ -77,7 +77,7 @@ def distributed_comparisons(golden: Dump, target: Dump, *, scheduler: str, place
     from ..compare.distributed import compare_distributed
 
     with tempfile.TemporaryDirectory(prefix="opdiff-tasks-") as tmp:
-        run = compare_distributed(str(golden.root), str(target.root), tasks or Path(tmp), scheduler=scheduler,
+        run = compare_distributed(str(golden.where), str(target.where), tasks or Path(tmp), scheduler=scheduler,
                                   placement=placement, shard_bytes=shard_mb << 20, rank=rank, step=step, **kw)
     if run.failed:
         raise OpdiffError("not compared: " + next(iter(run.failed.values())))

@@ -6,6 +6,7 @@ could be replayed, 1 when it could not, 2 on bad input.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from ..base.termsafe import safe
 from ..base.vocab import TORCH_LEVELS as LEVELS
 from .common import open_dump
 from .dask_opts import dask_options
+from .parallel_opts import merged, open_sides, parallel_check, parallel_options, print_parallel
 
 
 def _out_file(path: str | None, force: bool) -> Path | None:
@@ -50,8 +52,9 @@ def _out_file(path: str | None, force: bool) -> Path | None:
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel workers for the comparison.")
 @click.option("--allow-partial", is_flag=True, help="Diagnose an incomplete (cut-off) dump up to where it stops.")
 @dask_options
+@parallel_options
 def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level, rank, step, replay, workers,
-                 allow_partial, scheduler, placement, shard_mb):
+                 allow_partial, scheduler, placement, shard_mb, layout_file, merge):
     """Name the op where TARGET first goes wrong against GOLDEN, and why.
 
     One verdict: pass, inputs-differ, overflow, fault (with the culprit op) or drift.
@@ -64,8 +67,7 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     out_path = _out_file(out, force)
     html_path = _out_file(html_file, force)
     mapping = load_mapping(map_file) if map_file else None
-    g = open_dump(golden, rank, step, allow_partial, "diagnose")
-    t = open_dump(target, rank, step, allow_partial, "diagnose")
+    g, t = open_sides(golden, target, rank, step, allow_partial, layout_file, merge, "diagnose")
     cmp: Any = None
     html_cmp = None
     if scheduler:  # the comparisons on Dask (docs/scale.md), the diagnosis here
@@ -80,19 +82,31 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
 
         html_cmp = compare(g, t, mapping=mapping, workers=workers)
         cmp = cmp or html_cmp
+    if cmp is None and merged(t):  # one comparison for the diagnosis and the parallel checks
+        from ..compare import compare
+
+        cmp = compare(g, t, mapping=mapping, workers=workers, progress=False)
     d = diagnose(g, t, mapping=mapping, comparison=cmp, replay=replay, level=level, workers=workers, rank=rank, step=step)
     if out_path is not None:
         report.write(d, "json", out_path)
     if html_path is not None:
-        report.write(d, "html", html_path, comparison=html_cmp, title=f"opdiff diagnose: {g.root.name} vs {t.root.name}")
+        report.write(d, "html", html_path, comparison=html_cmp, title=f"opdiff diagnose: {g.where.name} vs {t.where.name}")
+    ranks = parallel_check(g, t, d, cmp)
     if as_json:
-        click.echo(report.text(d))
+        text = report.text(d)
+        if ranks is not None:  # the rank and shard, beside the diagnosis (docs/parallel.md)
+            doc = json.loads(text)
+            doc["parallel"] = ranks.to_json()
+            text = json.dumps(doc, indent=2)
+        click.echo(text)
     else:
-        report.render(d, Console(width=160), golden=str(g.root), target=str(t.root))  # render makes them terminal-safe
+        report.render(d, Console(width=160), golden=str(g.where), target=str(t.where))  # render makes them terminal-safe
+        if ranks is not None:
+            print_parallel(ranks, t)
         for p in (out_path, html_path):
             if p is not None:
                 click.echo(f"written: {safe(p)}")
-    return d.exit_code
+    return 1 if ranks is not None and ranks.failed() else d.exit_code
 
 
 @click.command("replay")

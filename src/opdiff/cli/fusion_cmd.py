@@ -1,4 +1,4 @@
-"""`opdiff capture-onnx` and `opdiff fusion onnx`: graph-engine capture and finding the fusion at fault.
+"""`opdiff capture-onnx` and `opdiff fusion onnx|torch|ge`: graph-engine capture and finding the fusion at fault.
 
 Exit status of `fusion`: 0 the fused run agrees with the unfused one, 1 it diverges (the pass at
 fault is named when the bisection finds it), 2 bad input. See docs/fusion.md.
@@ -7,6 +7,7 @@ fault is named when the bisection finds it), 2 bad input. See docs/fusion.md.
 from __future__ import annotations
 
 import click
+from rich.console import Console
 
 from ..base.errors import OpdiffError
 
@@ -82,12 +83,13 @@ def fusion_group() -> None:
 def fusion_onnx_cmd(model, inputs, opt_level, disabled, session_config, out, preset, force):
     """ORT: MODEL with optimization off (golden) against OPT_LEVEL (target); bisect the transformers that fired."""
     _need_onnxruntime()
+    from .. import report
     from ..capture.onnxruntime import parse_config
     from ..fusion.ort import fusion_onnx
 
     res = fusion_onnx(model, inputs, out, opt_level=opt_level, disabled=list(disabled),
                       session_config=parse_config(session_config), thresholds=preset, force=force)
-    _print(res)
+    report.render(res, Console(width=160))
     return 0 if res.agrees else 1
 
 
@@ -101,43 +103,37 @@ def fusion_onnx_cmd(model, inputs, opt_level, disabled, session_config, out, pre
 def fusion_torch_cmd(entry, out, regions, preset, force):
     """Eager (golden) against torch.compile/Inductor (target) of the (model, inputs) ENTRY builds
     (MODULE:FUNCTION or SCRIPT.py:FUNCTION); bisect the regions, then Inductor's switches."""
+    from .. import report
     from ..capture.entry import load_entry
     from ..fusion.inductor import fusion_torch
 
     model, inputs = load_entry(entry)
     paths = regions if regions == "children" else [p.strip() for p in regions.split(",") if p.strip()]
     res = fusion_torch(model, inputs, out, regions=paths, thresholds=preset, force=force)
-    obs = res.extra["observed"]
-    ran = ", ".join(f"{r} ({v['graphs']} graph, {v['compiled_calls']} calls)" for r, v in obs["compiled_regions"].items())
-    click.echo(f"compiled regions: {ran}; graph breaks: {len(obs['graph_breaks'])}")
-    if res.extra.get("culprit_regions"):
-        click.echo(f"region at fault: {', '.join(res.extra['culprit_regions'])}")
-    _print(res)
-    if "cost" in res.extra:
-        click.echo(f"total bisection cost: {res.extra['cost']['runs']} runs, {res.extra['cost']['seconds']:.1f} s")
+    report.render(res, Console(width=160))
     return 0 if res.agrees else 1
 
 
-def _print(res) -> None:
-    c = res.counts
-    click.echo(f"fused vs unfused at shared cut points: {c.get('PASS', 0)} pass, {c.get('WARNING', 0)} warning, "
-               f"{c.get('FAIL', 0)} fail")
-    if res.agrees:
-        click.echo("fusion OK: the fused run agrees with the unfused one")
+@fusion_group.command("ge")
+@click.argument("golden", type=click.Path())
+@click.argument("target", type=click.Path())
+@click.option("--preset", default="default", show_default=True, help="Verdict rule preset.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--allow-partial", is_flag=True, help="Accept a dump with damaged or cut-off files.")
+def fusion_ge_cmd(golden, target, preset, as_json, allow_partial):
+    """Ascend GE: the fused run TARGET (GE dump + graph JSON) against GOLDEN (fusion-off GE dump, or the
+    framework's .npy dump); name the first fused op that breaks and the golden ops it replaced."""
+    from .. import report
+    from ..fusion.ge import fusion_ge
+    from .common import open_dump
+
+    res = fusion_ge(open_dump(golden, None, None, allow_partial), open_dump(target, None, None, allow_partial),
+                    thresholds=preset)
+    if as_json:
+        click.echo(report.text(res))
     else:
-        click.echo(f"diverges first at {res.first_fail}")
-        b = res.bisection
-        if b is not None and res.culprits:
-            click.echo(f"pass at fault: {', '.join(res.culprits)}"
-                       + (" (turning it off restores agreement)" if res.restored else " (turning it off does not restore agreement)"))
-            for node, orig in res.fused_nodes.items():
-                click.echo(f"  made {node} from {', '.join(orig)}")
-            click.echo(f"switch file: {res.out / 'switches.json'}")
-        elif b is not None:
-            click.echo("turning off every pass that fired does not restore agreement: not a fusion problem")
-        if b is not None:
-            click.echo(f"bisection: {len(b.switches)} switches, {len(b.runs)} runs, {b.seconds:.1f} s")
-    click.echo(f"total {res.seconds:.1f} s; reports in {res.out}")
+        report.render(res, Console(width=160))
+    return 1 if res.first_broken is not None or res.diagnosis.verdict not in ("pass", "drift") else 0
 
 
 def register(cli: click.Group) -> None:

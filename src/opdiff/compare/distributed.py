@@ -82,7 +82,7 @@ class RemoteDump(Dump):
     def span(self, rec: Record) -> TensorSpan:
         raise DumpError(f"{self.root}: tensor {rec.name!r} lies on the worker's host (distributed compare)")
 
-    def with_part(self, rank: int, step: int) -> Dump:
+    def open_part(self, rank: int, step: int) -> Dump:
         raise DumpError(f"{self.root}: rank {rank} step {step} lies on the workers' hosts (distributed compare)")
 
 

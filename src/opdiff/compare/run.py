@@ -21,6 +21,7 @@ from ..base.errors import DumpError, OpdiffError
 from ..base.pair import Metrics, PairResult
 from ..base.record import Record
 from ..base.vocab import (
+    DAMAGED,
     FAIL,
     MATCH_FUSION,
     NA,
@@ -28,6 +29,7 @@ from ..base.vocab import (
     STATUS_COMPARED,
     STATUS_DTYPE_MISMATCH,
     STATUS_ERROR,
+    STATUS_NOT_JUDGED,
     STATUS_SHAPE_MISMATCH,
     STATUS_UNMATCHED,
     WARNING,
@@ -37,6 +39,7 @@ from ..base.vocab import (
 from ..match.align import Pair, align
 from ..match.mapping import Mapping, load_mapping
 from ..metrics import names as M
+from ..metrics.counts_mode import counts_compare, needs_counts
 from ..metrics.hash_mode import hash_equal, hash_metrics
 from ..metrics.names import ERR_MESSAGE
 from ..metrics.stats_mode import stats_metrics
@@ -215,6 +218,14 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
         side = "golden" if g is None else "target"
         why = pair.note or f"no {side} counterpart"
         return _result(pair, STATUS_UNMATCHED, mode, err=why)
+    damaged = g.extra.get(DAMAGED) or t.extra.get(DAMAGED)
+    if damaged:  # a checksum failed: never compared as data
+        return _result(pair, STATUS_ERROR, mode, err=f"damaged record: {damaged}")
+    if needs_counts(g, t):  # a side holds only counts, shape or flags (tfdbg health / SHAPE modes)
+        metrics, result, reason = counts_compare(g, t)
+        err = "; ".join(x for x in (reason, metrics.pop(ERR_MESSAGE, "")) if x)
+        status: PairStatus = STATUS_NOT_JUDGED if result == NA else STATUS_COMPARED
+        return _result(pair, status, "counts", metrics, result, None, err)
     pmode, why = _pair_mode(mode, g, t)
     if pmode is None:
         return _result(pair, STATUS_ERROR, mode, err=why)

@@ -11,6 +11,7 @@ that no compared pair shows (docs/reliability.md):
   links, followed through other unmatched ops), and none comes after it in its own module, inside it,
   or in an enclosing module other than the root.
 
+An input that is another record's output (`Record.src`) is skipped like a cast: its producer is judged.
 Everything else is an op one run adds or lacks whose effect the compared pairs after it show: a cast,
 copy or view (e.g. the casts bf16 autocast inserts), a fused kernel against its eager decomposition, an
 extra output of a call whose other tensors were compared. Whether those downstream pairs agree is the
@@ -52,6 +53,12 @@ def is_transparent(rec: Record) -> bool:
 def is_model_output(rec: Record) -> bool:
     """A forward output of the root model call."""
     return rec.module == "" and rec.role == "output" and rec.level == "module" and rec.direction == "forward"
+
+
+def is_copy_of_output(rec: Record) -> bool:
+    """An input that is another record's output (`src`): it holds nothing its producer does not, and the
+    producer is judged on its own (an output-only golden leaves every such input of the target unpaired)."""
+    return rec.role == "input" and bool(rec.src)
 
 
 @dataclass(frozen=True)
@@ -131,13 +138,13 @@ def failing_unmatched(results: Sequence[PairResult], unmatched: dict[str, list[R
                 if g is not r:
                     recs.append(g)
                     paired.add(id(g))
-        substantive = [r for r in un if not is_transparent(r)]
+        substantive = [r for r in un if not is_transparent(r) and not is_copy_of_output(r)]
         mostly = len(recs) > 0 and len(substantive) > MOSTLY_UNMATCHED * len(recs)
         view: _Side | None = None
         for r in un:
             if is_model_output(r):
                 out.append(Failing(r, side, WHY_MODEL_OUTPUT))
-            elif is_transparent(r):
+            elif is_transparent(r) or is_copy_of_output(r):
                 continue
             elif mostly:
                 out.append(Failing(r, side, WHY_MOSTLY))

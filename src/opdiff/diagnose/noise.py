@@ -119,6 +119,8 @@ def pair_error(p: PairResult) -> float | None:
     g, t = p.golden, p.target
     if g is None or t is None or p.status != "compared":
         return None
+    if p.mode == "counts":
+        return _counts_error(p)
     if p.bitwise_equal or (g.hash and t.hash and g.hash == t.hash):
         return 0.0
     if g.stats is not None and t.stats is not None:
@@ -140,6 +142,21 @@ def pair_error(p: PairResult) -> float | None:
         se = stats_error(g.stats, t.stats)
         return se if se else math.inf  # differs bitwise, by how much is unknown
     return stats_error(g.stats, t.stats)
+
+
+def _counts_error(p: PairResult) -> float | None:
+    """A pair judged on counts, flags or shapes alone (tfdbg summary modes): 0 when all agree, inf for nan/inf
+    that differ, else the share of elements that changed sign (1 when only the shape or count can say);
+    None for a WARNING (a few elements near zero: what counts cannot tell from rounding) or nothing judged."""
+    m = p.metrics or {}
+    if m.get(M.NONFINITE_MISMATCH):
+        return math.inf
+    if p.result == "PASS":
+        return 0.0
+    if p.result != "FAIL":
+        return None
+    moved, numel = _num(m.get(M.DIFF_COUNT)), _num(m.get(M.NUMEL))
+    return moved / numel if moved and numel else 1.0
 
 
 def _discrete_error(m: Metrics, g: Record, t: Record) -> float:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..base.errors import OpdiffError
 from ..base.pair import PairResult
 from ..base.vocab import STATUS_UNMATCHED
+from ..metrics.counts_mode import HELD
 from ..store import Dump, load
 from . import backward, patch, trust
 from .graph import Graph, build
@@ -59,6 +60,9 @@ def _warnings(golden: Dump, target: Dump, graph: Graph, pairs: list[PairResult],
         out.append(f"{n_g} golden and {n_t} target records have no counterpart (ops added, removed or fused); "
                    "diagnose looks through them")
     modes = {p.mode for p in pairs if p.status == "compared"}
+    if "counts" in modes:
+        out.append(counts_warning(golden, target))
+        modes.discard("counts")
     if modes and "tensor" not in modes:
         out.append(f"compared in {'/'.join(sorted(modes))} mode only: errors are estimated from statistics "
                    "(capture with mode='tensor' for exact metrics and replay)")
@@ -69,6 +73,15 @@ def _warnings(golden: Dump, target: Dump, graph: Graph, pairs: list[PairResult],
         out.append(f"golden itself has inf/nan at {g.name}")
     out.extend(fit_warnings(graph, run_dtype))
     return out
+
+
+def counts_warning(golden: Dump, target: Dump) -> str:
+    """What a diagnosis from counts, flags or shapes (tfdbg summary modes) could not judge."""
+    held = {f for d in (golden, target) for r in d.records[:200] for f in r.extra.get(HELD, ())}
+    modes = sorted({str(r.extra.get("tfdbg_mode")) for d in (golden, target) for r in d.records[:200]
+                    if "tfdbg_mode" in r.extra})
+    return (f"judged on {', '.join(sorted(held)) or 'nothing'} only ({'/'.join(modes) or 'counts'} holds no values): "
+            "a value that changed without changing these passes unseen (dump with FULL_TENSOR to judge values)")
 
 
 def golden_names(graph: Graph, node_name: str) -> dict[str, str]:

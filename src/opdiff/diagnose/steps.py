@@ -52,8 +52,16 @@ class Part:
         return out
 
 
+def _shift(golden: Dump, target: Dump) -> tuple[int, int]:
+    """(rank, step) to add to a target part to get its golden part: two step (or rank) folders of one run
+    pair step with step (rank with rank) as two runs would; otherwise 0, 0."""
+    (gr, gs), (tr, ts) = golden.scope, target.scope
+    return (gr - tr if gr is not None and tr is not None else 0), (gs - ts if gs is not None and ts is not None else 0)
+
+
 def _parts(golden: Dump, target: Dump, rank: int | None, step: int | None) -> list[tuple[int, int]]:
-    common = sorted(set(golden.parts) & set(target.parts), key=lambda p: (p[1], p[0]))
+    dr, ds = _shift(golden, target)
+    common = sorted({(r, s) for r, s in target.parts if (r + dr, s + ds) in golden.parts}, key=lambda p: (p[1], p[0]))
     if rank is None and step is None and len(golden.parts) == 1 and len(target.parts) == 1:
         return [(target.rank, target.step)]  # one part each (e.g. two separate single-step runs)
     picked = [p for p in common if (rank is None or p[0] == rank) and (step is None or p[1] == step)]
@@ -66,7 +74,8 @@ def _parts(golden: Dump, target: Dump, rank: int | None, step: int | None) -> li
 
 
 def _part(dump: Dump, rank: int, step: int) -> Dump:
-    return dump if (dump.rank, dump.step) == (rank, step) else dump.with_part(rank, step)
+    """The dump's (rank, step) part; a dump that names one part is that part."""
+    return dump if (dump.rank, dump.step) == (rank, step) or len(dump.parts) == 1 else dump.with_part(rank, step)
 
 
 def _directions(comparison: Comparison, direction: str | None) -> list[str]:
@@ -90,7 +99,8 @@ def diagnose_run(golden: Dump, target: Dump, *, mapping: Mapping | str | os.Path
     for s in steps:
         at_step: list[Part] = []
         for r in sorted({r for r, s2 in keys if s2 == s}):
-            g, t = _part(golden, r, s), _part(target, r, s)
+            dr, ds = _shift(golden, target)
+            g, t = _part(golden, r + dr, s + ds), _part(target, r, s)
             comp = per_part[(r, s)] if per_part is not None else comparison if comparison is not None \
                 else compare(g, t, mapping=mapping, workers=workers, progress=progress)
             if per_part is not None or comparison is not None:  # compare() checked its own; a handed-in one was not

@@ -49,11 +49,12 @@ class Culprit(_JsonForm):
     score: float | None = None  # (fault) error / threshold
     golden_overflows: bool | None = None  # (overflow) golden has inf/nan there too
     golden_only_calls: list[str] = field(default_factory=list)
+    fused_from: list[str] = field(default_factory=list)  # the golden ops a fused target op stands for (graph dumps)
     parameters: list[str] = field(default_factory=list)  # (update) parameters the update makes differ
     optimizer_ops: list[str] = field(default_factory=list)  # (update) the optimizer's ops that disagree
     hyperparameters: dict[str, Any] = field(default_factory=dict)  # (update) optimizer settings that differ
 
-    OPTIONAL = frozenset({"evidence_record", "score", "golden_overflows", "golden_only_calls", "parameters",
+    OPTIONAL = frozenset({"evidence_record", "score", "golden_overflows", "golden_only_calls", "fused_from", "parameters",
                           "optimizer_ops", "hyperparameters"})
 
 

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base.vocab import FAIL, Verdict
+from ..base.vocab import FAIL, PROVENANCE_KEY, Verdict
 from ..metrics import names as M
 from ..replay.result import ReplayResult
 from .graph import Graph, Node, Tensor
@@ -372,6 +372,12 @@ def _overflow(graph: Graph, noise: Noise, d: Diagnosis, overflow: Overflow, cand
         _cand_json(graph, i + 2, n, ev, j, None) for i, (n, ev, j) in enumerate(sorted(cands, key=lambda c: -c[2])[:9])]
 
 
+def _fused_from(rec: Any) -> list[str]:
+    """The golden ops a fused target op stands for, from its capture's provenance (empty for a plain op)."""
+    names = rec.extra.get(PROVENANCE_KEY) if rec is not None else None
+    return [str(n) for n in names] if isinstance(names, list) and len(names) > 1 else []
+
+
 def _fault(graph: Graph, noise: Noise, d: Diagnosis, cands: Suspects, pick: int, replayable: bool) -> None:
     node, ev, jump = cands[pick]
     t = graph.tensors[ev.tensor]
@@ -384,6 +390,10 @@ def _fault(graph: Graph, noise: Noise, d: Diagnosis, cands: Suspects, pick: int,
                         evidence_record=t.target.name if t.target else None, score=_num(jump),
                         direction=graph.direction)
     d.summary = f"{node.module or '<root>'} ({node.op}) is the culprit: {reason}"
+    fused = _fused_from(main.target)
+    if fused:
+        d.culprit.fused_from = fused
+        d.summary += f"; it is a fused op standing for {len(fused)} golden ops: {', '.join(fused)}"
     d.evidence = _node_evidence(graph, node, t)
     d.advice = _advice(node, ev.how, replayable)
     missing = _golden_only_inside(graph, node)

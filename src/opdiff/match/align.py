@@ -35,6 +35,7 @@ from ..base.vocab import (
     UNMATCHED,
 )
 from ..store import Dump
+from .layer_mapping import resolve
 from .lcs import lcs, longest_increasing
 from .mapping import Mapping
 
@@ -73,6 +74,7 @@ class _Aligner:
         self.g_node = _nodes(golden)
         self.t_node = _nodes(target)
         self.keyed = False  # both sides are graph captures keyed by graph value
+        self._by_op_name: dict[tuple[str, int], str] | None = None  # (op name, call) -> golden node (_resolve)
 
     def pair(self, gi: int, ti: int, kind: str, note: str = "") -> bool:
         if self.t_of_g[gi] >= 0 or self.g_of_t[ti] >= 0:
@@ -120,11 +122,14 @@ class _Aligner:
                 wanted = self.T[t_pos[0]].extra.get(PROVENANCE_KEY)
             if not wanted:
                 continue
-            present = [n for n in wanted if n in self.g_node]
+            present = self._resolve(wanted, self.T[t_pos[0]].call)
             if not present:
                 continue
             group_pos = sorted(i for n in present for i in self.g_node[n])
             first, last = self.g_node[present[0]], self.g_node[present[-1]]
+            if len(wanted) == 1:  # one op for one op: the graph names its counterpart, nothing was fused
+                self.pair_nodes(group_pos, t_pos, MATCH_NAME, "" if present[0] == node else f"graph: {present[0]}")
+                continue
             note = f"fusion: {node} stands for {', '.join(present)}"
             for ti in t_pos:
                 r = self.T[ti]
@@ -139,6 +144,24 @@ class _Aligner:
             for gi in group_pos:
                 if self.t_of_g[gi] < 0:
                     self.fused_away[gi] = node
+
+    def _resolve(self, wanted: list[str], call: int) -> list[str]:
+        """Golden node names for provenance entries: node names as they are; a bare op name (a graph
+        dump's original op) is the golden node whose module is that name, or whose op is it with '/'
+        and '.' folded to '_' (file-per-tensor goldens), at the target's call number."""
+        if self._by_op_name is None:
+            self._by_op_name = {}
+            for node, pos in self.g_node.items():
+                r = self.G[pos[0]]
+                for key in {r.module, _fold(r.module), r.op if not r.module else ""} - {""}:
+                    self._by_op_name.setdefault((key, r.call), node)
+        out: list[str] = []
+        for n in wanted:
+            found = n if n in self.g_node else (self._by_op_name.get((n, call))
+                                                or self._by_op_name.get((_fold(n), call)))
+            if found is not None and found not in out:
+                out.append(found)
+        return out
 
     def _same_value(self, r: Record, cands: list[int]) -> int | None:
         """A free golden record of the group holding the very tensor `r` holds (graph captures)."""
@@ -234,6 +257,11 @@ class _Aligner:
         return [row[3] for row in rows]
 
 
+def _fold(name: str) -> str:
+    """An op name as file-per-tensor dumps spell it: '/' and '.' folded to '_'."""
+    return name.replace("/", "_").replace(".", "_")
+
+
 def _calls(records: list[Record]) -> dict[tuple[str, str], int]:
     """Number of distinct calls of each (module, op)."""
     seen: dict[tuple[str, str], set[int]] = {}
@@ -251,6 +279,8 @@ def _nodes(records: list[Record]) -> dict[str, list[int]]:
 
 def align_records(golden: list[Record], target: list[Record], mapping: Mapping | None = None) -> list[Pair]:
     """align() on two record lists in execution order (for callers without a Dump)."""
+    if mapping is not None and mapping.layers:
+        mapping = resolve(mapping, target)
     a = _Aligner(golden, target, mapping)
     a.graph_values()
     if mapping is not None:

@@ -52,6 +52,7 @@ class Mapping:
     renames: list[Rename] = field(default_factory=list)
     fusions: list[Fusion] = field(default_factory=list)
     source: str = ""
+    layers: dict[str, dict[str, str]] = field(default_factory=dict)  # msprobe's layer mapping (match/layer_mapping.py)
 
     def rename(self, name: str) -> str:
         """A target name after every rename rule (the name itself when none applies)."""
@@ -86,6 +87,10 @@ def mapping_from_dict(doc: Any, source: str = "") -> Mapping:
     """Validate a parsed mapping document; raises ValueError naming the bad entry."""
     if doc is None:
         doc = {}
+    from .layer_mapping import is_layer_mapping
+
+    if is_layer_mapping(doc):  # msprobe's layer_mapping.yaml: resolved against the target when aligning
+        return Mapping(layers={str(k): dict(v) for k, v in doc.items()}, source=source)
     if not isinstance(doc, dict):
         raise ValueError("expected a mapping at the top level (keys: names, rename, fusion)")
     unknown = set(doc) - {"names", "rename", "fusion"}

@@ -20,6 +20,8 @@ MAX_ABS_ERR: Final = "max_abs_err"
 MAX_REL_ERR: Final = "max_rel_err"
 MEAN_ABS_ERR: Final = "mean_abs_err"
 MEAN_REL_ERR: Final = "mean_rel_err"
+MAX_REL_ERROR: Final = "max_rel_error"  # msaccucmp's MaxRelativeError: elements with |golden| <= eps count as 0
+MEAN_REL_ERROR: Final = "mean_rel_error"  # msaccucmp's MeanRelativeError: AccumulatedRelativeError / n
 RMSE: Final = "rmse"
 ACC_REL_ERR: Final = "acc_rel_err"
 RED: Final = "rel_euclid_dist"
@@ -70,6 +72,8 @@ COLUMN: Final[dict[str, str]] = {
     MAX_REL_ERR: "MaxRelativeErr",
     MEAN_ABS_ERR: "MeanAbsErr",
     MEAN_REL_ERR: "MeanRelativeErr",
+    MAX_REL_ERROR: "MaxRelativeError",
+    MEAN_REL_ERROR: "MeanRelativeError",
     RMSE: "RootMeanSquareError",
     ACC_REL_ERR: "AccumulatedRelativeError",
     RED: "RelativeEuclideanDistance",
@@ -131,7 +135,8 @@ def columns(metrics: Mapping[str, object]) -> dict[str, object]:
 
 
 TENSOR_METRICS = (
-    COSINE, MAX_ABS_ERR, MAX_REL_ERR, MEAN_ABS_ERR, MEAN_REL_ERR, RMSE, ACC_REL_ERR, RED, EUC_DIST, KL_DIV,
+    COSINE, MAX_ABS_ERR, MAX_REL_ERR, MEAN_ABS_ERR, MEAN_REL_ERR, RMSE, ACC_REL_ERR, MAX_REL_ERROR, MEAN_REL_ERROR,
+    RED, EUC_DIST, KL_DIV,
     GOLDEN_STD, TARGET_STD, ONE_THOUSANDTH, FIVE_THOUSANDTH, NORM_MAX_ABS_ERR,
 )
 COUNT_METRICS = (

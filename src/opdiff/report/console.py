@@ -21,6 +21,17 @@ from ..store import Dump
 
 STYLE = {PASS: "green", WARNING: "yellow", FAIL: "red", NA: "dim"}
 KEY_METRICS = (M.COSINE, M.RED, M.MAX_ABS_ERR, M.MAX_REL_ERR, M.NORM_REL_DIFF, M.HASH_EQUAL)
+# the worst-pairs table's metric columns per compare mode, headed by each metric's own column name
+MODE_COLUMNS = {
+    "tensor": (M.COSINE, M.RED, M.MAX_ABS_ERR, M.MAX_REL_ERR),
+    "stats": (M.NORM_REL_DIFF, M.NORM_STATS_DIFF, M.MAX_REL_DIFF, M.MEAN_REL_DIFF),
+    "hash": (M.HASH_EQUAL,),
+    "counts": (M.NUMEL, M.DIFF_COUNT, M.NONFINITE_MISMATCH),
+}
+# short headers for an 80-column terminal, each naming exactly one metric (docs/metrics.md has the full names)
+SHORT = {M.RED: "RelEuclidDist", M.MAX_REL_ERR: "MaxRelErr (abs)", M.NORM_REL_DIFF: "L2normRelDiff",
+         M.NORM_STATS_DIFF: "NormStatsDiff", M.MAX_REL_DIFF: "MaxRelDiff", M.MEAN_REL_DIFF: "MeanRelDiff",
+         M.NONFINITE_MISMATCH: "NonFiniteMismatch"}
 
 
 def _fmt(v: Any, key: str = "") -> str:
@@ -40,6 +51,20 @@ def _key_metrics(r: PairResult) -> str:
                      for k in KEY_METRICS if k in m)
 
 
+def worst_table(worst: list[PairResult]) -> Table:
+    """The worst pairs with the metrics of their compare mode(s), each column named by its metric."""
+    modes = [m for m in MODE_COLUMNS if any(r.mode == m for r in worst)]
+    keys = [k for m in modes for k in MODE_COLUMNS[m]]
+    t = Table(title=f"worst {len(worst)} pairs" + (f" ({'/'.join(modes)} mode)" if modes else ""), show_lines=False)
+    for c in ("#", "name", "result", *(SHORT.get(k, M.column(k)) for k in keys)):
+        t.add_column(c, overflow="fold")
+    for r in worst:
+        m: Mapping[str, object] = r.metrics
+        cells = [_rel(r.metrics) if k == M.MAX_REL_ERR else _fmt(m.get(k), k) for k in keys]
+        t.add_row(str(r.index), safe(r.name), f"[{STYLE[r.result]}]{r.result}[/]", *cells)
+    return t
+
+
 def _float_dtype(d: Dump) -> str | None:
     """The float dtype most of a dump's records have (None: no float records)."""
     counts: dict[str, int] = {}
@@ -54,11 +79,11 @@ def input_warnings(golden: Dump, target: Dump) -> list[str]:
     lower precision than its target."""
     out = []
     try:
-        same = golden.root.resolve() == target.root.resolve()
+        same = golden.where.resolve() == target.where.resolve() and (golden.rank, golden.step) == (target.rank, target.step)
     except OSError:
         same = False
     if same:
-        out.append(f"golden and target are the same directory ({golden.root}): everything will agree")
+        out.append(f"golden and target are the same directory ({golden.where}): everything will agree")
     g, t = _float_dtype(golden), _float_dtype(target)
     if g and t and ROUNDING_UNIT[g] > ROUNDING_UNIT[t]:
         out.append(f"golden runs mostly in {g}, target in the more precise {t}: are GOLDEN and TARGET swapped? "
@@ -74,7 +99,7 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
     counts = cmp.counts()
     n = len(cmp.results)
     parts = [f"[{STYLE[k]}]{k} {counts.get(k, 0)}[/]" for k in (PASS, WARNING, FAIL, NA)]
-    con.print(f"[bold]opdiff compare[/]  {safe(cmp.golden.root)} (golden) vs {safe(cmp.target.root)} (target)  "
+    con.print(f"[bold]opdiff compare[/]  {safe(cmp.golden.where)} (golden) vs {safe(cmp.target.where)} (target)  "
               f"rank {cmp.target.rank} step {cmp.target.step}  mode {cmp.mode}  thresholds {cmp.thresholds.name}")
     for w in input_warnings(cmp.golden, cmp.target):
         con.print(f"[yellow]warning:[/] {w}", highlight=False)
@@ -94,14 +119,7 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
                 con.print(f"  [dim]{numfmt.UNIT_NOTE}[/]")
     worst = cmp.worst(top)
     if worst:
-        t = Table(title=f"worst {len(worst)} pairs", show_lines=False)
-        for c in ("#", "name", "result", "Cosine", "RelEuclidDist", "MaxAbsErr", "MaxRelErr (abs)"):
-            t.add_column(c, overflow="fold")
-        for r in worst:
-            m = r.metrics
-            t.add_row(str(r.index), safe(r.name), f"[{STYLE[r.result]}]{r.result}[/]", _fmt(m.get(M.COSINE), M.COSINE),
-                      _fmt(m.get(M.RED, m.get(M.NORM_REL_DIFF))), _fmt(m.get(M.MAX_ABS_ERR)), _rel(m))
-        con.print(t)
+        con.print(worst_table(worst))
     for side in ("golden", "target"):
         un = cmp.unmatched(side)
         if un:

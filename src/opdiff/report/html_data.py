@@ -184,8 +184,8 @@ def build(cmp: Comparison, diagnosis: Diagnosis | None = None, title: str = "opd
     ff = cmp.first_fail()
     return {
         "title": title,
-        "golden": {"path": str(cmp.golden.root), "rank": cmp.golden.rank, "step": cmp.golden.step},
-        "target": {"path": str(cmp.target.root), "rank": cmp.target.rank, "step": cmp.target.step},
+        "golden": {"path": str(cmp.golden.where), "rank": cmp.golden.rank, "step": cmp.golden.step},
+        "target": {"path": str(cmp.target.where), "rank": cmp.target.rank, "step": cmp.target.step},
         "mode": cmp.mode,
         "thresholds": cmp.thresholds.name,
         "counts": cmp.counts(),

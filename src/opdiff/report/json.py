@@ -32,7 +32,7 @@ def _record(r: Record | None) -> dict[str, Any] | None:
 
 
 def _dump(d: Dump) -> dict[str, Any]:
-    return {"path": str(d.root), "rank": d.rank, "step": d.step, "records": len(d.records), "complete": d.complete,
+    return {"path": str(d.where), "rank": d.rank, "step": d.step, "records": len(d.records), "complete": d.complete,
             "problems": list(d.problems), "meta": {k: d.meta[k] for k in _META_KEYS if k in d.meta}}
 
 

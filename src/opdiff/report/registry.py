@@ -17,12 +17,13 @@ from rich.console import Console
 from ..base.errors import OpdiffError
 from ..base.jsonsafe import dumps
 from ..base.outdir import write_atomic
-from . import diagnosis, hunt
+from . import diagnosis, fusion, hunt
 from .console import print_summary
 from .csv import write_csv
 from .explorer import write_overlays
 from .html import write_html
 from .json import write_json
+from .msprobe import write_msprobe_csv, write_msprobe_xlsx
 from .replay import print_replay
 from .xlsx import write_xlsx
 
@@ -31,6 +32,7 @@ DIAGNOSIS = "opdiff.diagnose.verdict.Diagnosis"
 REPLAY = "opdiff.replay.result.ReplayResult"
 HUNT = "opdiff.hunting.run.HuntResult"
 FUSION = "opdiff.fusion.ort.FusionResult"
+GE_FUSION = "opdiff.fusion.ge.GeFusionResult"
 CONSOLE = "console"
 FOLDERS = frozenset({"model-explorer"})  # formats written as a folder of files
 
@@ -55,6 +57,8 @@ WRITERS: dict[tuple[str, str], Writer] = {
     (COMPARISON, "html"): write_html,
     (COMPARISON, "model-explorer"): write_overlays,
     (COMPARISON, CONSOLE): print_summary,
+    (COMPARISON, "msprobe-csv"): write_msprobe_csv,  # msprobe compare's own result files (docs/compare.md)
+    (COMPARISON, "msprobe-xlsx"): write_msprobe_xlsx,
     (DIAGNOSIS, "json"): write_result_json,
     (DIAGNOSIS, "html"): diagnosis.write_html_page,
     (DIAGNOSIS, CONSOLE): diagnosis.render,
@@ -63,6 +67,9 @@ WRITERS: dict[tuple[str, str], Writer] = {
     (HUNT, "json"): write_result_json,
     (HUNT, CONSOLE): hunt.render,
     (FUSION, "json"): write_result_json,
+    (FUSION, CONSOLE): fusion.render,
+    (GE_FUSION, "json"): write_result_json,
+    (GE_FUSION, CONSOLE): fusion.render_ge,
 }
 
 
@@ -97,8 +104,9 @@ def write(result: object, fmt: str, path: str | os.PathLike[str], **options: Any
 
 
 def output_path(out: Path, fmt: str, stem: str) -> Path:
-    """Where a report of `fmt` goes in the output directory `out`: `<stem>.<fmt>`, a folder format under its name."""
-    return out / (fmt if fmt in FOLDERS else f"{stem}.{fmt}")
+    """Where a report of `fmt` goes in the output directory `out`: `<stem>.<fmt>` (`msprobe-csv`:
+    `<stem>.msprobe.csv`), a folder format under its name."""
+    return out / (fmt if fmt in FOLDERS else f"{stem}.{fmt.replace('-', '.')}")
 
 
 def render(result: object, console: Console | None = None, **options: Any) -> None:

@@ -1,45 +1,150 @@
-"""XLSX report: the CSV table with red/yellow/green rows for FAIL/WARNING/PASS, frozen header, filters."""
+"""XLSX report: the CSV table with red/yellow/green rows for FAIL/WARNING/PASS, frozen header, filters.
+
+Written directly as SpreadsheetML (a zip of a few XML parts; ECMA-376), one row at a time into the
+deflated sheet: a cell costs one string format instead of a general-purpose writer's per-cell
+objects (xlsxwriter took 45 % of a 4,000-pair comparison), and memory stays constant whatever the
+table size. Strings are inline (no shared-string table to hold in memory).
+"""
 
 from __future__ import annotations
 
+import io
 import math
 import os
-
-import xlsxwriter
+import re
+import zipfile
+from collections.abc import Iterator
+from typing import Any
 
 from ..base.vocab import FAIL, PASS, WARNING
 from ..compare.run import Comparison
 from .table import columns, row
 
-FILLS = {PASS: "#C6EFCE", WARNING: "#FFEB9C", FAIL: "#FFC7CE"}  # Excel's good / neutral / bad fills
+FILLS = {PASS: "C6EFCE", WARNING: "FFEB9C", FAIL: "FFC7CE"}  # Excel's good / neutral / bad fills
+MAX_ROWS = 1 << 20  # Excel's sheet limit, header included: the CSV and JSON reports hold every row
+MAX_TEXT = 32767  # Excel's longest cell text
+# cell style indices of styles.xml: 0 plain, 1 header, 2.. one per result fill
+_STYLE = {None: 0, PASS: 2, WARNING: 3, FAIL: 4}
+_BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+_CONTENT_TYPES = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">\
+<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>\
+<Default Extension="xml" ContentType="application/xml"/>\
+<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>\
+<Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>\
+<Override PartName="/xl/styles.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"/>\
+</Types>"""
+_RELS = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">\
+<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" \
+Target="xl/workbook.xml"/></Relationships>"""
+_WORKBOOK_RELS = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">\
+<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" \
+Target="worksheets/sheet1.xml"/>\
+<Relationship Id="rId2" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/styles" \
+Target="styles.xml"/></Relationships>"""
+_WORKBOOK = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+<workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" \
+xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">\
+<sheets><sheet name="compare" sheetId="1" r:id="rId1"/></sheets>\
+<definedNames><definedName name="_xlnm._FilterDatabase" localSheetId="0" hidden="1">compare!{ref}</definedName>\
+</definedNames></workbook>"""
+
+
+def _styles() -> str:
+    fills = "".join(f'<fill><patternFill patternType="solid"><fgColor rgb="FF{c}"/><bgColor indexed="64"/>'
+                    f'</patternFill></fill>' for c in ("D9D9D9", *FILLS.values()))
+    xfs = ('<xf numFmtId="0" fontId="0" fillId="0" borderId="0" xfId="0"/>'
+           '<xf numFmtId="0" fontId="1" fillId="2" borderId="1" xfId="0" applyFont="1" applyFill="1" applyBorder="1"/>'
+           + "".join(f'<xf numFmtId="0" fontId="0" fillId="{3 + i}" borderId="0" xfId="0" applyFill="1"/>'
+                     for i in range(len(FILLS))))
+    thin = '<{0} style="thin"><color auto="1"/></{0}>'
+    return ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+            '<styleSheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+            '<fonts count="2"><font><sz val="11"/><name val="Calibri"/></font>'
+            '<font><b/><sz val="11"/><name val="Calibri"/></font></fonts>'
+            f'<fills count="{2 + 1 + len(FILLS)}"><fill><patternFill patternType="none"/></fill>'
+            f'<fill><patternFill patternType="gray125"/></fill>{fills}</fills>'
+            '<borders count="2"><border><left/><right/><top/><bottom/><diagonal/></border>'
+            f'<border>{"".join(thin.format(s) for s in ("left", "right", "top", "bottom"))}<diagonal/></border></borders>'
+            '<cellStyleXfs count="1"><xf numFmtId="0" fontId="0" fillId="0" borderId="0"/></cellStyleXfs>'
+            f'<cellXfs count="{2 + len(FILLS)}">{xfs}</cellXfs>'
+            '<cellStyles count="1"><cellStyle name="Normal" xfId="0" builtinId="0"/></cellStyles></styleSheet>')
+
+
+def col_letter(j: int) -> str:
+    """Column name of 0-based index j: A .. Z, AA .. ."""
+    out = ""
+    j += 1
+    while j:
+        j, r = divmod(j - 1, 26)
+        out = chr(65 + r) + out
+    return out
+
+
+def _text(v: str) -> str:
+    """A string as XML text: escaped, control characters as Excel's _xHHHH_, at most MAX_TEXT long."""
+    v = v[:MAX_TEXT].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    if _BAD_XML.search(v):
+        v = _BAD_XML.sub(lambda m: f"_x{ord(m.group()):04X}_", v)
+    return v
+
+
+def _cell(ref: str, v: Any, s: str) -> str:
+    """One <c> element; non-finite numbers are text ("nan", "inf"), as the CSV writes them."""
+    if isinstance(v, bool):
+        return f'<c r="{ref}"{s} t="b"><v>{int(v)}</v></c>'
+    if isinstance(v, int):
+        return f'<c r="{ref}"{s}><v>{v}</v></c>'
+    if isinstance(v, float):
+        if math.isfinite(v):
+            return f'<c r="{ref}"{s}><v>{v!r}</v></c>'
+        v = repr(v)
+    elif not isinstance(v, str):
+        v = str(v)
+    if v == "":
+        return f'<c r="{ref}"{s}/>' if s else ""
+    space = ' xml:space="preserve"' if v[0].isspace() or v[-1].isspace() else ""
+    return f'<c r="{ref}"{s} t="inlineStr"><is><t{space}>{_text(v)}</t></is></c>'
+
+
+def _sheet(cmp: Comparison, cols: list[str], last: str, nrows: int) -> Iterator[str]:
+    """The worksheet XML in pieces: its extent (read-only readers take the row count from it), frozen
+    header, column widths, one <row> per pair, the filter."""
+    yield ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+           '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+           f'<dimension ref="A1:{last}"/><sheetViews><sheetView tabSelected="1" workbookViewId="0"><pane ySplit="1" topLeftCell="A2" '
+           'activePane="bottomLeft" state="frozen"/><selection pane="bottomLeft" activeCell="A2" sqref="A2"/>'
+           '</sheetView></sheetViews><sheetFormatPr defaultRowHeight="15"/><cols>')
+    for j, c in enumerate(cols):
+        w = 48 if "Name" in c or c in ("Err_message", "Note") else max(10, min(24, len(c) + 2))
+        yield f'<col min="{j + 1}" max="{j + 1}" width="{w + 0.7109375}" customWidth="1"/>'
+    letters = [col_letter(j) for j in range(len(cols))]
+    yield '</cols><sheetData><row r="1">'
+    yield "".join(_cell(f"{a}1", c, ' s="1"') for a, c in zip(letters, cols))
+    yield "</row>"
+    for i, r in enumerate(cmp.results[:nrows - 1], start=2):
+        st = _STYLE.get(r.result, 0)
+        s = f' s="{st}"' if st else ""
+        values = row(r, cols)
+        yield f'<row r="{i}">' + "".join(_cell(f"{a}{i}", values[c], s) for a, c in zip(letters, cols)) + "</row>"
+    yield f'</sheetData><autoFilter ref="A1:{last}"/></worksheet>'
 
 
 def write_xlsx(cmp: Comparison, path: str | os.PathLike[str]) -> None:
-    """Write the comparison table as one sheet; non-finite numbers are written as text ("nan", "inf")."""
+    """Write the comparison table as one sheet "compare" (at most MAX_ROWS rows, Excel's limit)."""
     cols = columns(cmp.results)
-    # constant_memory: rows go to disk as they are written, so memory does not grow with the table
-    wb = xlsxwriter.Workbook(str(path), {"constant_memory": True, "strings_to_numbers": False})
-    try:
-        ws = wb.add_worksheet("compare")
-        head = wb.add_format({"bold": True, "bg_color": "#D9D9D9", "border": 1})
-        fills = {k: wb.add_format({"bg_color": v}) for k, v in FILLS.items()}
-        for j, c in enumerate(cols):
-            ws.set_column(j, j, 48 if "Name" in c or c in ("Err_message", "Note") else max(10, min(24, len(c) + 2)))
-        ws.freeze_panes(1, 0)
-        ws.autofilter(0, 0, len(cmp.results), len(cols) - 1)
-        ws.write_row(0, 0, cols, head)
-        for i, r in enumerate(cmp.results, start=1):
-            fmt = fills.get(r.result)
-            values = row(r, cols)
-            for j, c in enumerate(cols):
-                v = values[c]
-                if isinstance(v, float) and not math.isfinite(v):
-                    ws.write_string(i, j, repr(v), fmt)
-                elif isinstance(v, bool):
-                    ws.write_boolean(i, j, v, fmt)
-                elif isinstance(v, (int, float)):
-                    ws.write_number(i, j, v, fmt)
-                else:
-                    ws.write_string(i, j, str(v), fmt)
-    finally:
-        wb.close()
+    nrows = min(len(cmp.results) + 1, MAX_ROWS)
+    last = f"{col_letter(len(cols) - 1)}{nrows}"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        zf.writestr("[Content_Types].xml", _CONTENT_TYPES)
+        zf.writestr("_rels/.rels", _RELS)
+        zf.writestr("xl/workbook.xml", _WORKBOOK.format(ref=f"$A$1:${last.rstrip('0123456789')}${nrows}"))
+        zf.writestr("xl/_rels/workbook.xml.rels", _WORKBOOK_RELS)
+        zf.writestr("xl/styles.xml", _styles())
+        with zf.open("xl/worksheets/sheet1.xml", "w", force_zip64=True) as raw, \
+                io.TextIOWrapper(raw, encoding="utf-8", write_through=False) as out:
+            for piece in _sheet(cmp, cols, last, nrows):
+                out.write(piece)

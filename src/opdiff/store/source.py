@@ -58,6 +58,9 @@ class Dump(ABC):
     parts: list[tuple[int, int]]
     problems: list[str] = field(default_factory=list)
     _by_name: dict[str, Record] = field(default_factory=dict, repr=False)
+    # what the user's path addressed: (rank | None, step | None) and the path itself (store/readers/address.py)
+    scope: tuple[int | None, int | None] = field(default=(None, None), repr=False)
+    address: Path | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._by_name = {}
@@ -71,9 +74,34 @@ class Dump(ABC):
     def span(self, rec: Record) -> TensorSpan | np.ndarray:
         """The record's data: where its bytes lie on disk, or an array in memory (DumpError if unreadable)."""
 
-    @abstractmethod
+    def open_part(self, rank: int, step: int) -> Dump:
+        """The same run's other (rank, step) part, as the format opens it (with_part checks the scope first)."""
+        raise DumpError(f"{self.root}: a {self.format or 'this'} dump has one part (rank {self.rank} step {self.step}), "
+                        f"not rank {rank} step {step}")
+
     def with_part(self, rank: int, step: int) -> Dump:
-        """The same run's other (rank, step) part."""
+        """The same run's other (rank, step) part, only within what the user's path addressed: a step or rank
+        folder never opens a part outside it."""
+        if (rank, step) == (self.rank, self.step):
+            return self
+        if (rank, step) not in self.parts and self.scope == (None, None):
+            return self.open_part(rank, step)  # the format says what it has
+        if (rank, step) not in self.parts:
+            have = ", ".join(f"rank {r} step {s}" for r, s in self.parts)
+            raise DumpError(f"{self.where}: no part rank {rank} step {step} here (has {have})")
+        return self.open_part(rank, step).narrow(self.scope, self.address)
+
+    def narrow(self, scope: tuple[int | None, int | None], address: Path | None) -> Dump:
+        """Keep only the parts the user's path addressed (a step folder: that step; a rank folder: that rank)."""
+        self.scope, self.address = scope, address
+        rank, step = scope
+        self.parts = [p for p in self.parts if (rank is None or p[0] == rank) and (step is None or p[1] == step)]
+        return self
+
+    @property
+    def where(self) -> Path:
+        """The path the user named for this dump (a part of it, perhaps), else the run's root: what reports show."""
+        return self.address if self.address is not None else self.root
 
     def check(self) -> None:  # noqa: B027 - optional hook, a no-op for formats without a whole-file check
         """A cheap check of the whole part before long work starts (DumpError); formats may add their own."""

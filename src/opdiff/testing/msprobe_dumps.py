@@ -7,6 +7,9 @@ opdiff's own capture runs the very same model.
 
     python msprobe_dumps.py OUT --task tensor --level L1 [--dtype bfloat16] [--fault-layer 1]
                                 [--backward] [--steps 2] [--ranks 2] [--summary md5]
+    python msprobe_dumps.py OUT --model chain --ops 2000 --elements 65536 [--fault-layer 700]
+                                (many small ops: N torch.tanh calls on one fp32 tensor, for the bench of
+                                per-record cost; --fault-layer nudges the tensor before that call)
     python msprobe_dumps.py --jobs JOBS.json     (a list of such argument lists, one process)
 """
 
@@ -51,10 +54,31 @@ def build_model(dtype: str = "float32", fault_layer: int | None = None, seed: in
     return model, inputs
 
 
+def build_chain(ops: int, elements: int, fault_layer: int | None = None, seed: int = 0):
+    """A module of `ops` torch.tanh calls on one fp32 tensor of `elements` (each call: one input, one
+    output, so 2 * ops small tensors per dump); before call `fault_layer` the first 1,000 elements are
+    nudged by 0.01 through numpy (which no dumper sees), so that call and every later one differ."""
+    import torch
+
+    class Chain(torch.nn.Module):
+        def forward(self, x):
+            for i in range(ops):
+                if i == fault_layer:
+                    x.numpy()[:1000] += 0.01
+                x = torch.tanh(x)
+            return x
+
+    gen = torch.Generator().manual_seed(seed)
+    return Chain(), {"x": torch.randn(elements, generator=gen)}
+
+
 def run_step(model, inputs: dict[str, Any], backward: bool):
     """One forward (and backward of the LM loss) of the model."""
     import torch
 
+    if not hasattr(model, "transformer"):  # the chain: forward only
+        with torch.no_grad():
+            return model(**inputs)
     if backward:
         out = model(**inputs, labels=inputs["input_ids"])
         out.loss.backward()
@@ -66,7 +90,7 @@ def run_step(model, inputs: dict[str, Any], backward: bool):
 def write_config(out: Path, task: str, level: str, summary: str | None) -> Path:
     """The msprobe config.json of one dump (all ranks, all steps, all data)."""
     section: dict[str, Any] = {"scope": [], "list": [], "data_mode": ["all"]}
-    if task == "statistics":
+    if task == "statistics" or summary:  # the tensor task takes a summary mode too (its md5/xor beside the data)
         section["summary_mode"] = summary or "statistics"
     cfg = {"task": task, "dump_path": str(out), "rank": [], "step": [], "level": level, task: section}
     path = out.parent / f".{out.name}.config.json"
@@ -80,8 +104,11 @@ def dump(args: argparse.Namespace, rank: int | None = None) -> None:
     from msprobe.pytorch import PrecisionDebugger
 
     torch.manual_seed(0)
-    model, inputs = build_model(args.dtype, args.fault_layer, seed=args.seed + (rank or 0),
-                                width=args.width, layers=args.layers, seq=args.seq, batch=args.batch, heads=args.heads)
+    if args.model == "chain":
+        model, inputs = build_chain(args.ops, args.elements, args.fault_layer, seed=args.seed + (rank or 0))
+    else:
+        model, inputs = build_model(args.dtype, args.fault_layer, seed=args.seed + (rank or 0), width=args.width,
+                                    layers=args.layers, seq=args.seq, batch=args.batch, heads=args.heads)
     debugger = PrecisionDebugger(config_path=str(args.config))
     for _ in range(args.steps):
         debugger.start(model)
@@ -107,6 +134,9 @@ def _rank_main(rank: int, args: argparse.Namespace) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path)
+    p.add_argument("--model", choices=("gpt2", "chain"), default="gpt2")
+    p.add_argument("--ops", type=int, default=2000, help="chain: torch.tanh calls")
+    p.add_argument("--elements", type=int, default=1 << 16, help="chain: fp32 elements per tensor")
     p.add_argument("--task", choices=("tensor", "statistics"), default="tensor")
     p.add_argument("--summary", choices=("statistics", "md5", "xor"), default=None)
     p.add_argument("--level", choices=("L0", "L1", "mix"), default="L1")

@@ -10,6 +10,7 @@ differs while this rank's inputs agree; diagnose then looks at the other ranks' 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,27 @@ def _direction(s: CaptureSession) -> str:
     return "forward"
 
 
+def _group_and_op(fn: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The ranks of the collective's process group and its reduce op (what the parallel checks rebuild)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return {}
+    dist = torch.distributed
+    out: dict[str, Any] = {}
+    try:
+        out["group"] = [int(r) for r in dist.get_process_group_ranks(bound.arguments.get("group") or dist.group.WORLD)]
+    except (RuntimeError, ValueError, AttributeError):
+        pass
+    op = bound.arguments.get("op")
+    if "op" in inspect.signature(fn).parameters:
+        out["reduce_op"] = (getattr(op, "name", None) or str(op).rsplit(".", 1)[-1] if op is not None else "SUM").lower()
+    src = bound.arguments.get("src")
+    if isinstance(src, int):
+        out["src"] = src
+    return out
+
+
 def _wrap(s: CaptureSession, name: str, fn: Callable) -> Callable:
     op = f"torch.distributed.{name}"
 
@@ -70,7 +92,7 @@ def _wrap(s: CaptureSession, name: str, fn: Callable) -> Callable:
         if not s.wanted(module, op):
             return fn(*args, **kwargs)
         c = Call(node, module, op, s.level, call, _direction(s), source=user_source() if s.source else None,
-                 extra={"collective": name, "world_size": s.world_size})
+                 extra={"collective": name, "world_size": s.world_size, **_group_and_op(fn, args, kwargs)})
         with st.own_code():  # the collective's own aten ops are this record set, not more
             skip = WRITE_ONLY.get(name, ())
             record_inputs(s, c, tuple(None if i in skip else a for i, a in enumerate(args)),

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .calls import Call, grad_hook, record_inputs, record_outputs, record_tensor, user_source
+from .layout import holds_dtensor
 from .naming import flatten, flatten_call
 
 if TYPE_CHECKING:
@@ -51,7 +52,8 @@ def install(s: CaptureSession) -> list:
         op = type(m).__name__
         is_root = m is s.model
         handles.append(m.register_forward_pre_hook(partial(_pre, s, path, op, is_root), with_kwargs=True))
-        handles.append(m.register_forward_hook(partial(_post, s, path, op, is_root), with_kwargs=True, always_call=True))
+        handles.append(m.register_forward_hook(partial(_post, s, path, op, is_root), with_kwargs=True, always_call=True,
+                                               prepend=holds_dtensor(m)))
     return handles
 
 

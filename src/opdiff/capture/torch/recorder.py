@@ -18,6 +18,7 @@ from ...base.record import Record, Stats
 from ...store.names import node_name, record_name
 from ...store.stats import content_hash
 from ...store.writer import DumpWriter
+from .layout import unwrap
 from .naming import Counters
 from .tensors import DeferredStats, dense_flat, dtype_name, hash_of, host_copy, stats_of
 
@@ -56,6 +57,7 @@ class Recorder:
         self.pending_step = 0
         self._seen: dict[int, _Seen] = {}
         self._blocks: dict[tuple, tuple[weakref.ref, int, Stats]] = {}
+        self.pipeline: dict[str, int] | None = None  # {"stage", "stages"} of a pipeline-parallel rank
         self.skipped = 0  # tensors the format cannot hold (complex, sparse, quantized, ...)
         self._deferred = DeferredStats()  # device tensors' statistics, read back once per written batch
         writer.before_flush = self._deferred.resolve
@@ -129,7 +131,16 @@ class Recorder:
 
     def record(self, t: torch.Tensor, *, node: str, module: str, op: str, level: str, call: int, direction: str,
                role: str, pos: str, source: str | None = None, extra: dict[str, Any] | None = None) -> Record | None:
-        """Record one tensor (stats, hash, data per mode); None when the format cannot hold it."""
+        """Record one tensor (stats, hash, data per mode); None when the format cannot hold it.
+
+        A DTensor is recorded as the shard this rank holds, with its layout (capture/torch/layout.py); it is
+        remembered by the DTensor itself, whose version counter (not its local tensor's) counts in-place changes."""
+        ident = t
+        t, layout = unwrap(t)
+        if layout is not None:
+            extra = {**(extra or {}), "layout": layout}
+        if self.pipeline is not None and module == "" and level == "module":  # a stage's own inputs and outputs
+            extra = {**(extra or {}), "pipeline": self.pipeline}
         name = dtype_name(t)
         if name is None:
             self.skipped += 1
@@ -141,7 +152,7 @@ class Recorder:
         rec = Record(index=0, name=rname, node=node, module=module, op=op, level=level, call=call,
                      direction=direction, role=role, pos=pos, dtype=name, shape=tuple(t.shape),
                      source=source, extra=extra or {})
-        seen = self.lookup(t)
+        seen = self.lookup(ident)
         if seen is not None and seen.record is None:  # a view of a recorded tensor: link only
             rec.src = seen.producer
             seen = None
@@ -159,7 +170,7 @@ class Recorder:
             rec.stats = self._stats(t, name)
             if self.mode == "hash":
                 rec.hash = hash_of(t, name)
-        self._remember(t, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
+        self._remember(ident, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
         self.writer.add(rec, array)
         return rec
 

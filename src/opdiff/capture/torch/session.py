@@ -54,6 +54,25 @@ def _dist_rank() -> tuple[int, int]:
     return 0, 1
 
 
+def _layout_meta(layout: str | os.PathLike | None, pipeline: tuple[int, int] | None) -> dict[str, Any]:
+    """What meta.json says about the run's parallel layout: DTensor records carry their own; a layout file's
+    rules and the pipeline stage come from the capture's options (docs/parallel.md)."""
+    from ...store.layout import load_rules
+
+    out: dict[str, Any] = {"layout_sources": ["dtensor"]}
+    if layout is not None:
+        out["layout_rules"] = load_rules(layout).to_json()
+        out["layout_file"] = str(layout)
+        out["layout_sources"].append("layout-file")
+    if pipeline is not None:
+        stage, stages = pipeline
+        if not (isinstance(stage, int) and isinstance(stages, int) and 0 <= stage < stages):
+            raise OpdiffError(f"opdiff.capture: pipeline must be (stage, stages) with 0 <= stage < stages, not {pipeline!r}")
+        out["pipeline"] = {"stage": stage, "stages": stages}
+        out["layout_sources"].append("pipeline")
+    return out
+
+
 class CaptureSession(Session):
     """`with opdiff.capture(model, path, ...) as cap:` ... `cap.step()` between training iterations."""
 
@@ -63,7 +82,9 @@ class CaptureSession(Session):
     def __init__(self, model: torch.nn.Module, path: str | os.PathLike, *, level: str = "module", mode: str = "tensor",
                  backward: bool = False, steps: str | Iterable[int] | None = None, include: str | None = None,
                  exclude: str | None = None, overwrite: bool = False, rank: int | None = None, source: bool = False,
-                 optimizer: torch.optim.Optimizer | None = None, when: Callable[[int], bool] | None = None):
+                 optimizer: torch.optim.Optimizer | None = None, when: Callable[[int], bool] | None = None,
+                 layout: str | os.PathLike | None = None, pipeline: tuple[int, int] | None = None):
+        self.layout_meta = _layout_meta(layout, pipeline)
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise OpdiffError(f"opdiff.capture: optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}")
         if when is not None and not callable(when):
@@ -121,6 +142,7 @@ class CaptureSession(Session):
             "rank": self.rank,
             "world_size": self.world_size,
             "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None,
+            **self.layout_meta,
         }
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -131,6 +153,7 @@ class CaptureSession(Session):
         self.progress = CaptureProgress(self.path)
         writer.on_flush = self.progress.tick
         self.recorder = Recorder(writer, self.mode, self.rank)
+        self.recorder.pipeline = self.layout_meta.get("pipeline")
         return writer
 
     def _install(self) -> None:
@@ -267,7 +290,8 @@ def capture(model: torch.nn.Module, path: str | os.PathLike, *, level: str = "mo
             exclude: str | None = None, overwrite: bool = False, rank: int | None = None,
             source: bool = False, optimizer: torch.optim.Optimizer | None = None,
             when: Callable[[int], bool] | None = None, compile: str | Iterable[str] | None = None,
-            compile_options: dict[str, Any] | None = None) -> CaptureSession:
+            compile_options: dict[str, Any] | None = None, layout: str | os.PathLike | None = None,
+            pipeline: tuple[int, int] | None = None) -> CaptureSession:
     """Capture `model`'s calls into a dump at `path`; use as ``with capture(model, path) as cap: ...``.
 
     level: "module" (every nn.Module call), "api" (torch API calls), "aten" (aten ops, incl. backward);
@@ -276,6 +300,8 @@ def capture(model: torch.nn.Module, path: str | os.PathLike, *, level: str = "mo
     when: a callable step -> bool that selects steps at run time (with `steps`, both must agree).
     compile: submodule paths (or "children") to run compiled by Inductor with config `compile_options`,
     observed at their boundaries (compiled.py, docs/fusion.md).
+    layout: a layout file for hand-written tensor parallelism; pipeline: (stage, stages) of this rank
+    (docs/parallel.md).
     See docs/capture.md for every option.
     """
     if compile is not None:
@@ -286,4 +312,4 @@ def capture(model: torch.nn.Module, path: str | os.PathLike, *, level: str = "mo
                                 rank=rank, source=source)
     return CaptureSession(model, path, level=level, mode=mode, backward=backward, steps=steps, include=include,
                           exclude=exclude, overwrite=overwrite, rank=rank, source=source, optimizer=optimizer,
-                          when=when)
+                          when=when, layout=layout, pipeline=pipeline)

@@ -54,8 +54,20 @@ def dtype_name(t: torch.Tensor) -> str | None:
 
 
 def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:
-    """A numpy view (no copy) of a contiguous CPU tensor, with the dtype the format uses for `name`."""
+    """A numpy view (no copy) of a contiguous CPU tensor, with the dtype the format uses for `name`.
+
+    Made through DLPack, not `Tensor.numpy()`: that marks the tensor's storage non-resizable for good,
+    and FSDP2 frees its unsharded parameters by resizing their storage to 0. A subclass (an async
+    collective's result) is read through dispatch, which makes its data ready."""
     t = t.detach()
+    if type(t) is not torch.Tensor:
+        return _numpy_of(t, name)
+    as_int = _AS_INT.get(t.dtype)
+    arr = np.from_dlpack(t.view(as_int) if as_int is not None else t)
+    return arr.view(numpy_dtype(name)) if as_int is not None else arr
+
+
+def _numpy_of(t: torch.Tensor, name: str) -> np.ndarray:
     as_int = _AS_INT.get(t.dtype)
     if as_int is not None:
         return t.view(as_int).numpy().view(numpy_dtype(name))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import numpy as np
 from ...errors import DumpError
 from ..format import Record
 from ..source import Dump, TensorSpan
+from .msprobe_checksum import mismatch
 from .msprobe_records import DUMP_JSON, TENSOR_DIR, read_part
 from .torch_pt import read_pt
 
@@ -71,6 +73,15 @@ def _scan(root: Path) -> dict[tuple[int, int], Path]:
     return dict(sorted(parts.items()))
 
 
+INDEX_FILES = (DUMP_JSON,)
+
+
+def address(path: Path) -> tuple[int | None, int | None]:
+    """The (rank, step) a path names: a rank folder both, a step folder its step, the root neither."""
+    _, _, rank, step = _layout(Path(path))
+    return rank, step
+
+
 def recognise(path: Path) -> bool:
     """A directory holding dump.json, or step*/ (rank*|proc*)/dump.json below it (names only)."""
     path = Path(path)
@@ -90,6 +101,7 @@ class MsprobeDump(Dump):
 
     def __init__(self, path: Path, part_dirs: dict[tuple[int, int], Path], rank: int, step: int):
         self._part_dirs = part_dirs
+        self._verified: set[str] = set()
         self.dir = part_dirs[(rank, step)]
         records, header, problems = read_part(self.dir)
         problems += _missing_files(self.dir, records)
@@ -98,6 +110,7 @@ class MsprobeDump(Dump):
             "framework": header.get("framework"), "msprobe_task": header.get("task"),
             "msprobe_level": header.get("level"), "mode": _mode(header, records),
             "level": {"L0": "module", "L1": "api"}.get(str(header.get("level")), "module+api"),
+            "msprobe_scalars": header.get("scalars", {}),  # non-tensor arguments by call, for msprobe-style results
         }
         super().__init__(root=path, meta=meta, rank=rank, step=step, records=records,
                          parts=sorted(part_dirs), problems=problems)
@@ -112,14 +125,35 @@ class MsprobeDump(Dump):
         if pt.dtype != rec.dtype or tuple(pt.shape) != tuple(rec.shape):
             raise DumpError(f"{pt.path}: holds {pt.dtype}{list(pt.shape)} but dump.json says {rec.dtype}{list(rec.shape)}")
         if pt.contiguous:
-            return TensorSpan(path=pt.path, offset=pt.byte_offset, dtype=pt.dtype, shape=tuple(pt.shape))
-        return pt.array()
+            span = TensorSpan(path=pt.path, offset=pt.byte_offset, dtype=pt.dtype, shape=tuple(pt.shape))
+            if rec.hash:
+                self._verify(rec, pt.path, lambda: _read_at(span.path, span.offset, span.nbytes))
+            return span
+        arr = pt.array()
+        if rec.hash:
+            self._verify(rec, pt.path, lambda: np.ascontiguousarray(arr).tobytes())
+        return arr
 
-    def with_part(self, rank: int, step: int) -> MsprobeDump:
+    def _verify(self, rec: Record, path: Path, raw: Callable[[], bytes]) -> None:
+        """msprobe's md5 (CRC-32) or xor checksum of the record against its data: a mismatch is damage."""
+        if rec.name in self._verified:
+            return
+        why = mismatch(raw(), rec.hash, rec.numel, len(rec.shape))
+        if why:
+            raise DumpError(f"{path}: tensor {rec.name!r} is damaged: {why}")
+        self._verified.add(rec.name)
+
+    def open_part(self, rank: int, step: int) -> MsprobeDump:
         if (rank, step) not in self._part_dirs:
             have = ", ".join(f"rank {r} step {s}" for r, s in self._part_dirs)
             raise DumpError(f"{self.root}: no msprobe part for rank {rank} step {step} (has {have})")
         return MsprobeDump(self.root, self._part_dirs, rank, step)
+
+
+def _read_at(path: Path, offset: int, n: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(n)
 
 
 def _mode(header: dict[str, Any], records: list[Record]) -> str:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# msprobe's API prefixes -> the namespace opdiff's API capture spells the same call with
+# msprobe's API prefixes -> the namespace opdiff's API capture spells the same call with, per framework
+# msprobe names (core/common/const.py API_DATA_PREFIX); msadapter ("mindtorch") spells torch's APIs
 API_PREFIXES = {
     "Functional": "torch.nn.functional",
     "Torch": "torch",
@@ -17,7 +18,24 @@ API_PREFIXES = {
     "Distributed": "torch.distributed",
     "VF": "torch._VF",
     "NPU": "torch_npu",
+    "MindSpeed": "mindspeed",
+    "Jit": "jit",
 }
+MINDSPORE_PREFIXES = {
+    "Functional": "mindspore.ops",
+    "Tensor": "mindspore.Tensor",
+    "Mint": "mindspore.mint",
+    "MintFunctional": "mindspore.mint.nn.functional",
+    "Distributed": "mindspore.communication",
+    "MintDistributed": "mindspore.mint.distributed",
+    "Primitive": "mindspore.ops.Primitive",
+    "Jit": "jit",
+}
+PREFIXES_OF = {"mindspore": MINDSPORE_PREFIXES}
+# dtype spellings msprobe writes besides torch's: MindSpore's (`Float32`, `BFloat16`, `mindspore.int64`) and
+# ATen's scalar-type names (aclgraph dumps: `Long`, `Half`); lower-cased they are opdiff's names but for these
+_DTYPE_ALIASES = {"byte": "uint8", "char": "int8", "short": "int16", "int": "int32", "long": "int64", "half": "float16",
+                  "float": "float32", "double": "float64", "float8e4m3fn": "float8_e4m3fn", "float8e5m2": "float8_e5m2"}
 MODULE_PREFIXES = ("Module", "Cell")
 PARAM_GRAD = "parameters_grad"
 _FRAME_RE = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in ")
@@ -45,14 +63,15 @@ class MsName:
         return self.key
 
 
-def api_op(prefix: str, api: str) -> str:
-    """opdiff's op name of an msprobe API (`Functional`, `gelu` -> `torch.nn.functional.gelu`)."""
-    ns = API_PREFIXES.get(prefix)
+def api_op(prefix: str, api: str, framework: str = "pytorch") -> str:
+    """opdiff's op name of an msprobe API (`Functional`, `gelu` -> `torch.nn.functional.gelu`; under MindSpore
+    `Mint`, `cos` -> `mindspore.mint.cos`); an unknown prefix is kept as msprobe wrote it."""
+    ns = PREFIXES_OF.get(framework, API_PREFIXES).get(prefix)
     return f"{ns}.{api}" if ns else f"{prefix}.{api}"
 
 
-def parse_key(key: str) -> MsName | None:
-    """Parse one dump.json key; None for a key of no known shape."""
+def parse_key(key: str, framework: str = "pytorch") -> MsName | None:
+    """Parse one dump.json key (of a dump made under `framework`); None for a key of no known shape."""
     parts = key.split(".")
     if len(parts) >= 3 and parts[0] in MODULE_PREFIXES and PARAM_GRAD in parts[-2:]:
         count = int(parts[-1]) if parts[-1].isdigit() else 0
@@ -61,7 +80,7 @@ def parse_key(key: str) -> MsName | None:
     if len(parts) >= 5 and parts[0] in MODULE_PREFIXES and parts[-2] in ("forward", "backward") and parts[-1].isdigit():
         return MsName(key, "module", parts[-3], ".".join(parts[1:-3]), parts[-2], int(parts[-1]))
     if len(parts) >= 4 and parts[-1] in ("forward", "backward") and parts[-2].isdigit():
-        return MsName(key, "api", api_op(parts[0], ".".join(parts[1:-2])), "", parts[-1], int(parts[-2]))
+        return MsName(key, "api", api_op(parts[0], ".".join(parts[1:-2]), framework), "", parts[-1], int(parts[-2]))
     return None
 
 
@@ -74,8 +93,10 @@ def module_path_of(construct_key: str | None) -> str:
 
 
 def dtype_of(ms_dtype: str) -> str:
-    """opdiff dtype name of msprobe's `torch.float32` / `float32`."""
-    return ms_dtype.rsplit(".", 1)[-1]
+    """opdiff dtype name of any spelling msprobe writes: `torch.float32`, `Float32`, `BFloat16`, `UInt8`, `Bool`,
+    `mindspore.int64`, `Long`; an unknown one comes back lower-cased (the caller refuses it)."""
+    name = ms_dtype.rsplit(".", 1)[-1].lower()
+    return _DTYPE_ALIASES.get(name, name)
 
 
 def source_of(frames: list[str]) -> str | None:

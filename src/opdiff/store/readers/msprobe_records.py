@@ -41,18 +41,27 @@ def _is_leaf(obj: Any) -> bool:
     return isinstance(obj, dict) and "type" in obj
 
 
+def _leaves(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    """(pos, entry) of every leaf of msprobe's nested lists/dicts: an entry with a `type`, or None."""
+    if obj is None or _is_leaf(obj):
+        yield prefix or "0", obj
+    elif isinstance(obj, (list, dict)):
+        for k, item in enumerate(obj) if isinstance(obj, list) else obj.items():
+            yield from _leaves(item, f"{prefix}.{k}" if prefix else str(k))
+
+
+def _is_tensor(entry: Any) -> bool:
+    return isinstance(entry, dict) and "dtype" in entry and "shape" in entry
+
+
 def walk(obj: Any, prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """(pos, tensor entry) of every tensor inside msprobe's nested lists/dicts of entries."""
-    if _is_leaf(obj):
-        if "dtype" in obj and "shape" in obj:
-            yield prefix or "0", obj
-        return
-    if isinstance(obj, list):
-        for i, item in enumerate(obj):
-            yield from walk(item, f"{prefix}.{i}" if prefix else str(i))
-    elif isinstance(obj, dict):
-        for k, item in obj.items():
-            yield from walk(item, f"{prefix}.{k}" if prefix else str(k))
+    return ((pos, e) for pos, e in _leaves(obj, prefix) if _is_tensor(e))
+
+
+def scalar_leaves(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    """(pos, entry) of every non-tensor argument (`{"type": "float", "value": 2.0}`, or None) in an entry tree."""
+    return ((pos, e) for pos, e in _leaves(obj, prefix) if not _is_tensor(e))
 
 
 def _unwrap(obj: Any) -> Any:
@@ -60,6 +69,11 @@ def _unwrap(obj: Any) -> Any:
     if isinstance(obj, list) and len(obj) == 1 and isinstance(obj[0], dict) and not _is_leaf(obj[0]):
         return obj[0]
     return obj
+
+
+def _ms_pos(raw: Any, pos: str) -> str:
+    """msprobe's own position of a tensor `_unwrap` moved up out of a one-item list (`0.logits` for `logits`)."""
+    return f"0.{pos}" if _unwrap(raw) is not raw else pos
 
 
 def _num(x: Any) -> float | None:
@@ -94,13 +108,14 @@ def hash_of(entry: dict[str, Any]) -> str | None:
 class _Builder:
     """Turns dump.json entries into Records, numbering calls per (module, op) as opdiff's capture does."""
 
-    def __init__(self, part: Path, construct: dict[str, Any], stacks: dict[str, str]):
-        self.part, self.construct, self.stacks = part, construct, stacks
+    def __init__(self, part: Path, construct: dict[str, Any], stacks: dict[str, str], framework: str = "pytorch"):
+        self.part, self.construct, self.stacks, self.framework = part, construct, stacks, framework
         self.counters: dict[tuple[str, str], int] = defaultdict(int)
         self.nodes: dict[str, tuple[str, str, int]] = {}  # forward key -> (module, op, call)
         self.out: list[tuple[tuple[Any, ...], Record]] = []
         self.out_pos: dict[str, list[str]] = {}  # forward key -> positions of its output tensors
         self.problems: list[str] = []
+        self.scalars: dict[str, list[list[Any]]] = {}  # call key -> [msprobe name, type, value] of its non-tensor inputs
 
     def node(self, name: MsName) -> tuple[str, str, int]:
         fkey = name.forward_key
@@ -117,7 +132,7 @@ class _Builder:
         return got
 
     def add(self, order: tuple[Any, ...], name: MsName, node: tuple[str, str, int], level: str, direction: str, role: str,
-            pos: str, entry: dict[str, Any]) -> None:
+            pos: str, entry: dict[str, Any], ms: str = "") -> None:
         module, op, call = node
         dtype = dtype_of(str(entry.get("dtype")))
         if dtype not in DTYPES:
@@ -128,7 +143,8 @@ class _Builder:
         numel = math.prod(shape)
         data_name = entry.get("data_name")
         data = {"file": f"{TENSOR_DIR}/{data_name}", "key": ""} if isinstance(data_name, str) and data_name.endswith(".pt") else None
-        extra: dict[str, Any] = {"msprobe_name": name.key}
+        extra: dict[str, Any] = {"msprobe_name": name.key, "msprobe_tensor": ms or f"{name.key}.{pos}",
+                                 "msprobe_dtype": str(entry.get("dtype"))}
         if "requires_grad" in entry:
             extra["requires_grad"] = entry["requires_grad"]
         rec = Record(index=0, name=record_name(nn, direction, role, pos), node=nn, module=module, op=op, level=level,
@@ -138,38 +154,50 @@ class _Builder:
         self.out.append((order, rec))
 
     def entry(self, i: int, key: str, value: Any, first: dict[str, int]) -> None:
-        name = parse_key(key)
+        name = parse_key(key, self.framework)
         if name is None or not isinstance(value, dict):
             self.problems.append(f"{self.part / DUMP_JSON}: entry {key!r} not understood, skipped")
             return
         if name.kind == "param_grad":
+            # msprobe counts `parameters_grad.N` on across steps; within a part the n-th one of a module is call n,
+            # so step 1's gradients pair by name with step 0's (and with opdiff's own capture)
+            call0 = self.counters[(name.module, "parameters_grad")]
+            self.counters[(name.module, "parameters_grad")] += 1
             for pname, grads in value.items():
                 for acc, g in enumerate(grads if isinstance(grads, list) else [grads]):
                     for pos, e in walk(g, pname):
-                        self.add((i, 1, 0), name, (name.module, "parameter", name.count + acc), "param", "backward", "gradient", pos, e)
+                        self.add((i, 1, 0), name, (name.module, "parameter", call0 + acc), "param", "backward", "gradient", pos, e,
+                                 f"{key}.{pos}")
             return
         node = self.node(name)
         level = "module" if name.kind == "module" else "api"
         if name.direction == "backward":
             for part, role in _BACKWARD_ROLES.items():
-                grads = list(walk(_unwrap(value.get(part)), ""))
+                raw = value.get(part)
+                grads = list(walk(_unwrap(raw), ""))
                 fwd = self.out_pos.get(name.forward_key, [])
                 names = fwd if role == "output" and len(fwd) == len(grads) else [p for p, _ in grads]
-                for pos, (_, e) in zip(names, grads):
-                    self.add((i, 1, 0), name, node, level, "backward", role, pos, e)
+                for pos, (own, e) in zip(names, grads):
+                    self.add((i, 1, 0), name, node, level, "backward", role, pos, e, f"{key}.{part}.{_ms_pos(raw, own)}")
             return
         depth = name.module.count(".") + 1 if name.kind == "module" else 99
         start = (min(first.get(key, i), i) - 0.5, depth, 0) if name.kind == "module" else (i, 0, 0)
+        args = [(f"{key}.input.{p}", e) for p, e in scalar_leaves(value.get("input_args"), "")]
+        args += [(f"{key}.input.{p}", e) for p, e in scalar_leaves(value.get("input_kwargs"), "")]
+        if args:
+            self.scalars[key] = [[n, e.get("type") if e else None, e.get("value") if e else None] for n, e in args]
         for pos, e in walk(value.get("input_args"), ""):
-            self.add(start, name, node, level, "forward", "input", pos, e)
+            self.add(start, name, node, level, "forward", "input", pos, e, f"{key}.input.{pos}")
         for pos, e in walk(value.get("input_kwargs"), "kwargs"):
-            self.add(start, name, node, level, "forward", "input", pos, e)
+            self.add(start, name, node, level, "forward", "input", pos, e, f"{key}.input.{pos.split('.', 1)[1]}")
         for pos, e in walk(value.get("parameters"), ""):
-            self.add(start, name, (node[0], "parameter", node[2]), "param", "forward", "parameter", pos, e)
+            self.add(start, name, (node[0], "parameter", node[2]), "param", "forward", "parameter", pos, e,
+                     f"{key}.parameters.{pos}")
         out_pos = []
-        for pos, e in walk(_unwrap(value.get("output")), ""):
+        raw = value.get("output")
+        for pos, e in walk(_unwrap(raw), ""):
             out_pos.append(pos)
-            self.add((i, 1, 0), name, node, level, "forward", "output", pos, e)
+            self.add((i, 1, 0), name, node, level, "forward", "output", pos, e, f"{key}.output.{_ms_pos(raw, pos)}")
         self.out_pos[name.forward_key] = out_pos
 
 
@@ -234,7 +262,7 @@ def read_part(part: Path) -> tuple[list[Record], dict[str, Any], list[str]]:
         raise DumpError(f"{part / DUMP_JSON}: not an msprobe dump.json (no 'data' object)")
     construct = read_json(part / CONSTRUCT_JSON, required=False)
     construct = construct if isinstance(construct, dict) else {}
-    b = _Builder(part, construct, stack_sources(read_json(part / STACK_JSON, required=False)))
+    b = _Builder(part, construct, stack_sources(read_json(part / STACK_JSON, required=False)), str(doc.get("framework")))
     keys = list(data)
     first = first_descendants(keys, construct)
     for i, key in enumerate(keys):
@@ -244,5 +272,5 @@ def read_part(part: Path) -> tuple[list[Record], dict[str, Any], list[str]]:
     for idx, r in enumerate(records):
         r.index = idx
     link_sources(records)
-    header = {k: v for k, v in doc.items() if k != "data"}
+    header = {k: v for k, v in doc.items() if k != "data"} | {"scalars": b.scalars}
     return records, header, b.problems

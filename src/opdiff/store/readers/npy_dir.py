@@ -64,10 +64,6 @@ class NpyDump(Dump):
             return np.ascontiguousarray(np.load(path, mmap_mode="r", allow_pickle=False))
         return TensorSpan(path=path, offset=h.offset, dtype=h.dtype, shape=h.shape)
 
-    def with_part(self, rank: int, step: int) -> NpyDump:
-        if (rank, step) != (0, 0):
-            raise DumpError(f"{self.root}: a NumPy directory has one part (rank 0 step 0), not rank {rank} step {step}")
-        return self
 
 
 def open_dump(path: Path, rank: int | None = None, step: int | None = None) -> NpyDump:
@@ -78,4 +74,6 @@ def open_dump(path: Path, rank: int | None = None, step: int | None = None) -> N
     if not _npy_files(path):
         raise DumpError(f"{path}: no .npy files below it")
     dump = NpyDump(path)
-    return dump.with_part(rank or 0, step or 0)
+    if (rank or 0, step or 0) != (0, 0):
+        dump.open_part(rank or 0, step or 0)  # says the format has one part
+    return dump

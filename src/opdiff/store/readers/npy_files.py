@@ -1,6 +1,6 @@
 """The .npy files of a NumPy-directory dump: names parsed, headers read, records built (numpy only).
 
-Three naming schemes: msaccucmp / precision_tool's NPU files `{OpType}.{op_name}.{task_id}.{timestamp}.{input|output}.{index}.npy`
+Three naming schemes: msaccucmp / precision_tool's NPU files `{OpType}.{op_name}.{task_id}[.{stream_id}].{timestamp}.{input|output}.{index}.npy`
 (ordered by timestamp, then task id), precision_tool's TensorFlow files `{op_name}.{slot}.{timestamp}.npy`
 (`precision_data/tf/dump`, written by tfdbg's `pt -w`; ordered by timestamp) and anything else,
 `{name}.npy` (ordered by path). No file is unpickled: object arrays are refused with a line naming the file.
@@ -20,6 +20,9 @@ from ...errors import DumpError
 from ..format import NUMPY_TO_NAME, Record, node_name, numpy_dtype, record_name
 
 _MSACCUCMP_RE = re.compile(r"^(?P<type>[^.]+)\.(?P<op>.+)\.(?P<task>\d+)\.(?P<ts>\d+)\.(?P<io>input|output)\.(?P<idx>\d+)\.npy$")
+# the same from a GE dump with a stream id ({OpType}.{op}.{task}.{stream}.{timestamp}...): op names there have '.' folded
+_GE_NPY_RE = re.compile(r"^(?P<type>[^.]+)\.(?P<op>[^.]+)\.(?P<task>\d+)(?:\.(?P<stream>\d+))?\.(?P<ts>\d+)"
+                        r"\.(?P<io>input|output)\.(?P<idx>\d+)\.npy$")
 # precision_tool's TF golden: tensor "dense/MatMul:0" -> "dense_MatMul.0.{time in µs}.npy"
 _TF_DUMP_RE = re.compile(r"^(?P<op>.+)\.(?P<slot>\d+)\.(?P<ts>\d{10,})\.npy$")
 
@@ -75,7 +78,7 @@ class NpyName:
 def parse_name(rel: Path) -> NpyName:
     """msaccucmp name -> (op_name as module, OpType as op, role, index); precision_tool TF name -> ("", op_name,
     output, slot); other names -> (dir, stem, output, "0")."""
-    m = _MSACCUCMP_RE.match(rel.name)
+    m = _GE_NPY_RE.match(rel.name) or _MSACCUCMP_RE.match(rel.name)
     if m:
         return NpyName(m["op"], m["type"], m["io"], m["idx"],
                        (0, int(m["ts"]), int(m["task"]), m["io"] != "input", int(m["idx"])))

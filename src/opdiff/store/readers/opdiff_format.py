@@ -144,8 +144,17 @@ class OpdiffDump(Dump):
         for rel in sorted({r.data["file"] for r in self.records if r.data is not None}):
             self.header(rel)
 
-    def with_part(self, rank: int, step: int) -> OpdiffDump:
+    def open_part(self, rank: int, step: int) -> OpdiffDump:
         return open_dump(self.root, rank=rank, step=step)
+
+
+INDEX_FILES = (INDEX_FILE, META_FILE)
+
+
+def address(path: Path) -> tuple[int | None, int | None]:
+    """The (rank, step) a path names: rank*/step* both, rank* its rank, the run directory neither."""
+    _, rank, step = _find_run_root(Path(path))
+    return rank, step
 
 
 def recognise(path: Path) -> bool:

@@ -8,8 +8,8 @@ its data. Names: module = the function's name (`__inference_f_123` -> `f`) plus 
 scope (`sequential/dense/MatMul` -> `f.sequential.dense`), op = the op type (docs/tensorflow.md).
 
 Tensor modes: FULL_TENSOR records hold data (read in place from the trace file), statistics and
-a content hash; FULL_HEALTH and SHAPE records hold what TensorFlow measured (element count and
-nan/inf/zero counts, or the shape). Other modes hold too little to compare: one-line error.
+a content hash; the summary modes (FULL_HEALTH, CONCISE_HEALTH, CURT_HEALTH, SHAPE, NO_TENSOR) hold
+what TensorFlow measured, and say which fields (tfdbg_health.py): compare judges only those.
 """
 
 from __future__ import annotations
@@ -23,14 +23,16 @@ import numpy as np
 
 from ...base.errors import DumpError
 from ...base.record import Record, Stats
+from ...base.vocab import DAMAGED
 from ..format import node_name, record_name
 from ..source import Dump, TensorSpan
 from ..stats import content_hash, tensor_stats
 from .tfdbg_events import Event, TfdbgRun, find_files, read_run, user_source
-from .tfdbg_proto import TF_DTYPE_NAMES, TF_DTYPES, TensorInfo, WireError, tensor_array
+from .tfdbg_health import SUMMARY_MODES, decode
+from .tfdbg_proto import TF_DTYPE_NAMES, TensorInfo, WireError, tensor_array
 
 NAME = "tfdbg"
-READABLE_MODES = ("FULL_TENSOR", "FULL_HEALTH", "SHAPE")
+READABLE_MODES = ("FULL_TENSOR", *SUMMARY_MODES)
 BACKWARD_SCOPES = ("gradient_tape/", "gradients/")
 _FN_RE = re.compile(r"^(?:__inference_|__forward_|__backward_)?(.*?)(?:_\d+)*$")
 
@@ -46,8 +48,8 @@ def function_name(graph_name: str) -> str:
     return (m.group(1) if m else graph_name) or graph_name
 
 
-# (dtype, shape, stats, hash, data) of a record read from a dumped tensor
-_Values = tuple[str, tuple[int, ...], Stats, str | None, dict[str, str] | None]
+# (dtype, shape, stats, hash, data, extra) of a record read from a dumped tensor
+_Values = tuple[str, tuple[int, ...], Stats | None, str | None, dict[str, str] | None, dict[str, Any]]
 # the graph op run being read: (graph id, op name, output slot, node, module, call)
 _Prev = tuple[str, str, int, str, str, int]
 
@@ -86,8 +88,9 @@ class _Builder:
         name = record_name(node, direction, role, pos)
         if src is not None:
             prod = self.records[self._index[src]]
+            same = {k: prod.extra[k] for k in ("tfdbg_mode", "held", "counts", DAMAGED) if k in prod.extra}  # what it holds
             rec = Record(0, name, node, module, op, level, call, direction, role, pos, prod.dtype, prod.shape,
-                         stats=prod.stats, hash=prod.hash, source=source, data=prod.data, src=src, extra=extra)
+                         stats=prod.stats, hash=prod.hash, source=source, data=prod.data, src=src, extra=extra | same)
             if src in self.data:
                 self.data[name] = self.data[src]
             if src in self.arrays:
@@ -98,9 +101,9 @@ class _Builder:
             if made is None:
                 self.skipped += 1
                 return None
-            dtype, shape, stats, hsh, data = made
+            dtype, shape, stats, hsh, data, more = made
             rec = Record(0, name, node, module, op, level, call, direction, role, pos, dtype, shape, stats=stats,
-                         hash=hsh, source=source, data=data, extra=extra | {"tfdbg_mode": mode})
+                         hash=hsh, source=source, data=data, extra=extra | {"tfdbg_mode": mode} | more)
         else:
             raise ValueError("a record needs a tensor or a producer")
         rec.index = len(self.records)
@@ -124,9 +127,10 @@ class _Builder:
             else:
                 self.arrays[name] = arr
             data = {"file": path.name, "key": name}
-            return dtype, tuple(info.shape), tensor_stats(arr), content_hash(arr, dtype, tuple(arr.shape)), data
+            return dtype, tuple(info.shape), tensor_stats(arr), content_hash(arr, dtype, tuple(arr.shape)), data, {}
         vec = tensor_array(buf, info).astype(np.float64).reshape(-1)
-        return _health(vec, mode, path)
+        h = decode(vec, mode, path)
+        return None if h is None else (h.dtype, h.shape, h.stats, None, None, h.extra())
 
     def run_events(self) -> None:
         self._index = {}
@@ -143,7 +147,7 @@ class _Builder:
         op = function_name(ev.op_type) if ev.graph_id or ev.op_type.startswith("__inference_") else ev.op_type
         node, call = self.node(module, op)
         source = user_source(self.run, ev.frames)
-        extra = {"tf_op_type": ev.op_type} | ({"tf_graph_id": ev.graph_id} if ev.graph_id else {})
+        extra = {"tf_op_type": ev.op_type} | ({"tf_graph_id": ev.graph_id} if ev.graph_id else {}) | _damage(ev)
         for k, tid in enumerate(ev.inputs):
             src = self.by_tensor_id.get(tid)
             if src is not None:
@@ -161,7 +165,7 @@ class _Builder:
         module = ".".join(p for p in (function_name(graph_name), scope.replace("/", ".")) if p)
         op = ev.op_type
         slot = ev.tensors[0][0] if ev.tensors else 0
-        extra = {"tf_op_name": ev.op_name, "tf_graph": graph_name}
+        extra = {"tf_op_name": ev.op_name, "tf_graph": graph_name} | _damage(ev)
         source = user_source(self.run, ev.frames)
         if prev is not None and prev[:2] == (ev.graph_id, ev.op_name) and slot > prev[2]:
             node, call = prev[3], prev[5]  # another output of the same op run
@@ -183,26 +187,9 @@ class _Builder:
         return (ev.graph_id, ev.op_name, slot, node, module, call)
 
 
-def _health(vec: np.ndarray, mode: str, path: Path) -> _Values | None:
-    """(dtype, shape, stats, hash, data) from a FULL_HEALTH or SHAPE vector (no data, no min/max)."""
-    if mode == "FULL_HEALTH" and vec.size >= 11:
-        # [tensor id, device id, dtype, rank, size, -inf, +inf, nan, negative finite, zero, positive finite]
-        dtype = TF_DTYPES.get(int(vec[2]))
-        if dtype is None:
-            return None
-        numel = int(vec[4])
-        stats = Stats(numel=numel, neginf=int(vec[5]), posinf=int(vec[6]), nan=int(vec[7]), zeros=int(vec[9]))
-        return dtype, (numel,), stats, None, None
-    if mode == "SHAPE" and vec.size >= 10:
-        # [tensor id, dtype, rank, size, shape (up to 6 dims)]
-        dtype = TF_DTYPES.get(int(vec[1]))
-        rank = int(vec[2])
-        if dtype is None:
-            return None
-        shape = tuple(int(x) for x in vec[4:4 + rank]) if rank <= 6 else (int(vec[3]),)
-        return dtype, shape, Stats(numel=int(vec[3])), None, None
-    raise DumpError(f"{path}: tensor_debug_mode {mode} holds too little to compare "
-                    f"(opdiff reads {', '.join(READABLE_MODES)})")
+def _damage(ev: Event) -> dict[str, str]:
+    """The DAMAGED mark of the records of an event whose TFRecord checksum failed."""
+    return {DAMAGED: f"{ev.file.name}: its TFRecord fails its CRC-32C checksum"} if ev.damaged else {}
 
 
 @dataclass
@@ -226,10 +213,6 @@ class TfdbgDump(Dump):
         return TensorSpan(path=d.file, offset=d.info.content[0], dtype=rec.dtype, shape=tuple(rec.shape),
                           hash=rec.hash)
 
-    def with_part(self, rank: int, step: int) -> TfdbgDump:
-        if (rank, step) != (0, 0):
-            raise DumpError(f"{self.root}: a tfdbg dump has one part (rank 0 step 0), not rank {rank} step {step}")
-        return self
 
 
 def open_dump(path: Path, rank: int | None = None, step: int | None = None) -> TfdbgDump:
@@ -243,7 +226,9 @@ def open_dump(path: Path, rank: int | None = None, step: int | None = None) -> T
         raise DumpError(f"{path}: a tensor in the tfdbg dump does not parse ({exc})") from None
     dump = TfdbgDump(root=path, meta=_meta(run, b), rank=0, step=0, records=b.records, parts=[(0, 0)],
                      problems=list(run.problems), run=run, _data=b.data, _arrays=b.arrays)
-    return dump.with_part(rank or 0, step or 0)
+    if (rank or 0, step or 0) != (0, 0):
+        dump.open_part(rank or 0, step or 0)  # says the format has one part
+    return dump
 
 
 def _meta(run: TfdbgRun, b: _Builder) -> dict[str, Any]:

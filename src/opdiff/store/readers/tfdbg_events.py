@@ -9,6 +9,7 @@ time; sorting on it (stably) interleaves the two files in the order things ran.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +63,7 @@ class Event:
     outputs: list[int] = field(default_factory=list)  # exec: output tensor ids
     frames: list[str] = field(default_factory=list)  # stack frame ids (exec)
     file: Path = field(default_factory=Path)  # the event file it was read from
+    damaged: bool = False  # its TFRecord payload fails its CRC-32C: its records are flagged, never compared
 
 
 @dataclass
@@ -159,7 +161,10 @@ def _read_graphs(rf: RecordFile) -> tuple[dict[str, tuple[str, str]], dict[tuple
 def _read_executions(rf: RecordFile) -> list[Event]:
     out = []
     buf = rf.buf
-    for span in rf.spans:
+    for i, span in enumerate(rf.spans):
+        if i in rf.damaged:
+            out.extend(_damaged(rf, i, _read_executions))
+            continue
         wall, _, what, body = event_body(buf, span)
         if what != 9:
             continue
@@ -185,10 +190,26 @@ def _read_executions(rf: RecordFile) -> list[Event]:
     return out
 
 
+def _damaged(rf: RecordFile, i: int, read: Callable[[RecordFile], list[Event]]) -> list[Event]:
+    """The events of one record whose checksum failed, flagged damaged; none when it no longer parses."""
+    one = RecordFile(rf.path, rf.buf, [rf.spans[i]])
+    try:
+        events = read(one)
+    except WireError:
+        rf.lost += 1
+        return []
+    for e in events:
+        e.damaged = True
+    return events
+
+
 def _read_traces(rf: RecordFile) -> list[Event]:
     out = []
     buf = rf.buf
-    for span in rf.spans:
+    for i, span in enumerate(rf.spans):
+        if i in rf.damaged:
+            out.extend(_damaged(rf, i, _read_traces))
+            continue
         wall, _, what, body = event_body(buf, span)
         if what != 10:
             continue
@@ -268,6 +289,13 @@ def read_run(root: Path) -> TfdbgRun:
             rf = opened[kind] = open_records(path)
             if rf.cut_off:
                 problems.append(f"{path}: last record is cut off (the run stopped mid-write)")
+            if rf.bad_length == 0:
+                raise DumpError(f"{path}: not a tfdbg event file (its first record fails its length checksum, CRC-32C)")
+            if rf.bad_length is not None:
+                problems.append(f"{path}: the record at byte {rf.bad_length} fails its length checksum (CRC-32C): "
+                                "the file is read up to there")
+            if rf.damaged and kind not in ("execution", "graph_execution_traces"):
+                problems.append(f"{path}: {len(rf.damaged)} record(s) fail their CRC-32C checksum (damaged)")
         current = files["metadata"]
         meta = _read_metadata(opened["metadata"])
         if not meta:
@@ -278,6 +306,10 @@ def read_run(root: Path) -> TfdbgRun:
         events = _read_executions(opened["execution"])
         current = files["graph_execution_traces"]
         events += _read_traces(opened["graph_execution_traces"])
+        for rf in (opened["execution"], opened["graph_execution_traces"]):
+            if rf.lost:
+                problems.append(f"{rf.path}: {rf.lost} record(s) fail their CRC-32C checksum and no longer parse: "
+                                "their ops are missing")
         current = files.get("stack_frames", root)
         frames = _read_frames(opened.get("stack_frames"))
         current = files.get("source_files", root)

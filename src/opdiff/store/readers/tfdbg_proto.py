@@ -4,7 +4,8 @@ tfdbg writes DebugEvent protos (tensorflow/core/protobuf/debug_event.proto) into
 each record is a little-endian uint64 length, a 4-byte CRC of it, the payload and a 4-byte CRC.
 Only the fields opdiff uses are decoded, straight from the protobuf wire format; tensor bytes
 (`TensorProto.tensor_content`) are not copied: their file offset is kept for zero-copy reads.
-CRCs are not checked (CRC-32C is not in the standard library); lengths are.
+Both CRC-32C checksums of every record are checked (google-crc32c): a bad length checksum ends the
+file there (nothing after it can be framed), a bad payload checksum marks that record damaged.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeAlias
 
+import google_crc32c
 import ml_dtypes
 import numpy as np
 
@@ -237,6 +239,15 @@ class RecordFile:
     buf: Buf
     spans: list[tuple[int, int]] = field(default_factory=list)
     cut_off: bool = False  # the last record is incomplete (the writer stopped mid-record)
+    damaged: set[int] = field(default_factory=set)  # indices into spans whose payload fails its CRC-32C
+    bad_length: int | None = None  # byte offset of a record whose length fails its CRC-32C (the file ends there)
+    lost: int = 0  # damaged records that no longer parse (their events are gone)
+
+
+def masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC-32C of `data` (tensorflow/core/lib/hash/crc32c.h: Mask)."""
+    crc = int(google_crc32c.value(data))
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def open_records(path: Path) -> RecordFile:
@@ -253,10 +264,16 @@ def open_records(path: Path) -> RecordFile:
         if pos + 12 > size:
             rf.cut_off = True
             break
-        n = int.from_bytes(buf[pos:pos + 8], "little")
+        head = bytes(buf[pos:pos + 8])
+        if masked_crc(head) != int.from_bytes(buf[pos + 8:pos + 12], "little"):
+            rf.bad_length = pos
+            break
+        n = int.from_bytes(head, "little")
         if pos + 12 + n + 4 > size:
             rf.cut_off = True
             break
+        if masked_crc(bytes(buf[pos + 12:pos + 12 + n])) != int.from_bytes(buf[pos + 12 + n:pos + 16 + n], "little"):
+            rf.damaged.add(len(rf.spans))
         rf.spans.append((pos + 12, pos + 12 + n))
         pos += 12 + n + 4
     return rf
