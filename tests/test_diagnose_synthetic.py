@@ -207,3 +207,21 @@ def test_json_schema(tmp_path):
     for key in ("path_of_divergence", "evidence", "advice", "warnings", "noise", "counts", "summary"):
         assert key in doc
     assert all(math.isfinite(p["error_units"]) for p in doc["path_of_divergence"])
+
+
+@pytest.mark.parametrize("target_fill", ["finfo.min", "-inf"])
+def test_fp16_mask_fill_is_no_overflow_waiting(tmp_path, target_fill):
+    """An attention mask filled with fp32's finfo.min in golden and fp16's own fill (or -inf) in the target is
+    no "overflow waiting to happen"; a data value beyond fp16's range in the same run still is."""
+    for side in ("golden", "target"):
+        run = OpRun(tmp_path / side)
+        x = np.linspace(1, 2, 16, dtype=np.float32)
+        dt = np.float32 if side == "golden" else np.float16
+        root = run.begin("", "Model", [x])
+        fill = np.finfo(dt).min if side == "golden" or target_fill == "finfo.min" else -np.inf
+        mask = np.where(np.arange(16) > 7, fill, 0).astype(dt)
+        run.op("mask", "aten.masked_fill.Scalar", [(x, None)], [mask])
+        run.end(root, [x])
+        run.close()
+    d = diagnose(load(tmp_path / "golden"), load(tmp_path / "target"), replay=False)
+    assert not any("waiting to happen" in w for w in d.warnings), d.warnings

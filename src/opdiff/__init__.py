@@ -16,9 +16,10 @@ from .capture import capture
 from .store import Dump, Record, load
 
 if TYPE_CHECKING:
+    from .diagnose import Diagnosis
     from .hunting import HuntResult
 
-__all__ = ["__version__", "capture", "load", "hunt", "Dump", "Record", "OpdiffError", "DumpError"]
+__all__ = ["__version__", "capture", "load", "hunt", "diagnose_models", "Dump", "Record", "OpdiffError", "DumpError"]
 
 
 def hunt(golden_fn: Callable[..., Any], target_fn: Callable[..., Any], out: str | os.PathLike[str],
@@ -29,3 +30,12 @@ def hunt(golden_fn: Callable[..., Any], target_fn: Callable[..., Any], out: str 
     from .hunting import hunt as run
 
     return run(golden_fn, target_fn, os.fspath(out), **options)
+
+
+def diagnose_models(golden: Any, target: Any, inputs: Any, out: str | os.PathLike[str], **options: Any) -> Diagnosis:
+    """Capture two models on the same inputs, diagnose them, and confirm the verdict by patching module outputs.
+
+    See opdiff.hunting.models.diagnose_models for the options and docs/diagnose.md; imported on first use (torch)."""
+    from .hunting.models import diagnose_models as run
+
+    return run(golden, target, inputs, out, **options)

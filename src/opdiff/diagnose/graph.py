@@ -185,6 +185,10 @@ class Graph:
             return node.id, "input"  # an external tensor (weight, buffer) read by this op
         if p is None and t.id in self.passthrough:
             return node.id, "input-changed"  # golden hands it over unchanged; the target alters it on the way in
+        if p is not None and not self.module_level:
+            # an op reads another tensor than golden's op did while the one it reads agrees: the code of the
+            # innermost module running it wired it (an op-level dump has no call of that module to blame)
+            return node.id, "input-changed"
         if node.parent is not None:
             return node.parent, "parent"
         return node.id, "input"
@@ -253,7 +257,7 @@ def _error(p: PairResult, golden: Dump | None, target: Dump | None) -> float | N
         return None  # an output recorded as an alias of an earlier tensor (in-place op): its values are not its own
     err = pair_error(p)
     if p.match == MATCH_SEQUENCE and p.golden is not None and p.target is not None and \
-            (p.golden.op != p.target.op or (err is not None and err > GUESS_LIMIT)):
+            ((p.golden.op != p.target.op and not _same_place(p.golden, p.target)) or (err is not None and err > GUESS_LIMIT)):
         return None  # a pair guessed by position between different ops, or unrelated-looking: not evidence
     if err and p.golden is not None and p.target is not None and golden is not None and target is not None \
             and has_fill(p.golden) and p.golden.has_data and p.target.has_data:
@@ -262,6 +266,13 @@ def _error(p: PairResult, golden: Dump | None, target: Dump | None) -> float | N
         except DumpError:
             return err
     return err
+
+
+def _same_place(g: Record, t: Record) -> bool:
+    """Module calls at one module path, one role and position: the same place in the model whose class was
+    replaced (SiLU by GELU), not a guess between unrelated ops."""
+    return g.level == t.level == "module" and g.module == t.module and g.role == t.role and g.pos == t.pos \
+        and g.call == t.call and g.shape == t.shape
 
 
 def _abs_error(p: PairResult) -> float | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..base.record import Record, Stats
 from .graph import Graph, Tensor
-from .noise import RANGE, absmax, nonfinite
+from .noise import RANGE, absmax, has_fill, nonfinite
 
 
 @dataclass
@@ -63,8 +63,8 @@ def fit_warnings(graph: Graph, run_dtype: str, limit: int = 3) -> list[str]:
                   key=lambda x: x[0].order)
     for t, g, tr in both:
         g_max = absmax(g.stats)
-        if g_max is None:
-            continue
+        if g_max is None or has_fill(g) and (has_fill(tr) or nonfinite(tr.stats)):
+            continue  # a mask filled with golden's finfo.min, the target's own fill (or -inf): no overflow
         for dtype in dict.fromkeys((tr.dtype, run_dtype)):
             lim = RANGE.get(dtype)
             if lim is not None and lim < 1e30 and g_max > lim:

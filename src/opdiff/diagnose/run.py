@@ -11,11 +11,12 @@ from ..base.pair import PairResult
 from ..base.vocab import STATUS_UNMATCHED
 from ..metrics.counts_mode import HELD
 from ..store import Dump, load
-from . import backward, trust
+from . import backward, patch, trust
 from .graph import Graph, build
 from .inputs import differing_inputs
 from .local import calibrate, events
 from .overflow import first_overflow, fit_warnings, golden_overflows
+from .patch import Patcher
 from .verdict import Diagnosis, decide
 
 if TYPE_CHECKING:
@@ -98,7 +99,8 @@ def golden_names(graph: Graph, node_name: str) -> dict[str, str]:
 def diagnose(golden: Dump | str | os.PathLike[str], target: Dump | str | os.PathLike[str], *,
              mapping: Mapping | str | os.PathLike[str] | None = None, comparison: Comparison | None = None,
              replay: bool = True, level: str | None = None, direction: str | None = None, workers: int | None = None,
-             progress: bool = False, rank: int | None = None, step: int | None = None) -> Diagnosis:
+             progress: bool = False, rank: int | None = None, step: int | None = None,
+             patcher: Patcher | None = None) -> Diagnosis:
     """Where does the target first go wrong, and what kind of problem is it? (docs/diagnose.md)
 
     Every (rank, step) part both runs captured is diagnosed, each pass in turn (forward, backward,
@@ -107,11 +109,22 @@ def diagnose(golden: Dump | str | os.PathLike[str], target: Dump | str | os.Path
     `opdiff.compare.compare` result for one part, or takes {(rank, step): Comparison} (e.g. computed
     on Dask) for those parts; otherwise each part is compared here with `mapping`.
     With `replay`, the culprit is re-executed on golden inputs when the dumps hold what that needs.
+    With a `patcher` (the two runs re-executable, e.g. capture.torch.patching.TorchPatcher), the verdict is
+    confirmed or corrected by patching module outputs (patch.py); `diagnose_models` sets that up.
     """
     from .steps import diagnose_run
 
-    return diagnose_run(_as_dump(golden), _as_dump(target), mapping=mapping, comparison=comparison, replay=replay,
+    diag = diagnose_run(_as_dump(golden), _as_dump(target), mapping=mapping, comparison=comparison, replay=replay,
                         level=level, direction=direction, workers=workers, progress=progress, rank=rank, step=step)
+    if patcher is not None:
+        confirm_by_patching(diag, patcher)
+    return diag
+
+
+def confirm_by_patching(diag: Diagnosis, patcher: Patcher) -> None:
+    """Run the causal test of patch.py and fold its answer into `diag`."""
+    stat = diag.culprit.module if diag.culprit is not None and diag.culprit.direction == "forward" else None
+    patch.apply(diag, patch.prove(patcher, diag.noise, stat), diag.graph)
 
 
 def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: str | None = None, direction: str = "forward",

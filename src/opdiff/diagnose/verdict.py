@@ -7,13 +7,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base.vocab import PROVENANCE_KEY, Verdict
+from ..base.vocab import FAIL, PROVENANCE_KEY, Verdict
 from ..metrics import names as M
 from ..replay.result import ReplayResult
 from .graph import Graph, Node, Tensor
-from .local import Event, contributions
+from .local import Event, contributions, propagates
 from .noise import DRIFT, Noise
 from .overflow import Overflow
+from .patch import PatchProof
 from .types import Candidate, Culprit, Evidence, OpCandidate, TensorInfo
 
 SCHEMA_VERSION = 1
@@ -37,6 +38,7 @@ class Diagnosis:
     noise: dict[str, Any] = field(default_factory=dict)
     counts: dict[str, Any] = field(default_factory=dict)
     replay: ReplayResult | None = None
+    patch: PatchProof | None = None  # the causal test, when both runs could be re-executed (patch.py)
     graph: Graph | None = field(default=None, repr=False, compare=False)  # the graph it was decided on (not in JSON)
 
     @property
@@ -58,7 +60,20 @@ class Diagnosis:
             "noise": self.noise,
             "counts": self.counts,
             "replay": self.replay.to_json() if self.replay is not None else None,
+            "confirmation": self.confirmation(),
         }
+
+    def confirmation(self) -> dict[str, Any]:
+        """How the verdict was confirmed: by patching the re-executed runs, by replaying the culprit op, or
+        from the dumps' statistics only (method: patch | replay | statistics)."""
+        if self.patch is not None and self.patch.status not in ("skipped", "error"):
+            return self.patch.to_json()
+        doc: dict[str, Any] = {"method": "statistics", "status": "statistics-only"}
+        if self.replay is not None and self.replay.status == "ok":
+            doc = {"method": "replay", "status": "confirmed" if self.replay.confirmed else "not-confirmed"}
+        if self.patch is not None:
+            doc["patch"] = self.patch.to_json()  # why patching could not run
+        return doc
 
 
 def _num(x: float | None) -> float | None:
@@ -128,6 +143,9 @@ def _reason(graph: Graph, ev_tensor: Tensor, how: str, node: Node, inherited_uni
     if how == "inserted" and reader is not None:
         return (f"an op golden does not have ({node.op} in {node.module or '<root>'}) changed the tensor that "
                 f"{reader.name} reads (off by {err}) while its own inputs agree")
+    if how == "input-changed" and not graph.module_level and graph.producer.get(ev_tensor.id) is not None:
+        return (f"its input {rec.pos} is off by {err} although the tensor it reads agrees with golden's: "
+                f"{node.module or '<root>'}'s code hands it another tensor than golden's (a changed call or argument)")
     if how == "input-changed":
         parent = graph.nodes[node.parent].module if node.parent is not None else "<root>"
         return (f"its input {rec.pos} is off by {err} although golden hands it the very tensor an earlier op made, "
@@ -215,15 +233,24 @@ def _first_divergence(graph: Graph, noise: Noise) -> Tensor | None:
 Suspects = list[tuple[Node, Event, float]]  # (op, where its error entered, jump over its threshold)
 
 
+def _when(graph: Graph, ev: Event) -> int:
+    """When an event's error enters the execution: a differing weight when the op reading it runs (weights
+    are recorded up front, in registration order), any other tensor where it was recorded."""
+    if ev.how == "parameter":
+        return graph.nodes[ev.node].start
+    return graph.tensors[ev.tensor].order
+
+
 def _candidates(graph: Graph, events: list[Event]) -> Suspects:
-    """Blamed nodes with their first event and strongest jump, in order of first event."""
+    """Blamed nodes with their first event and strongest jump, in execution order of their first event."""
     by_node: dict[int, tuple[Event, float]] = {}
     for ev in events:
         first, best = by_node.get(ev.node, (ev, 0.0))
         if ev.propagates and not first.propagates:
             first = ev  # a node's first event whose error matters speaks for it
         by_node[ev.node] = (first, max(best, ev.jump))
-    return [(graph.nodes[n], ev, j) for n, (ev, j) in by_node.items()]
+    cands = [(graph.nodes[n], ev, j) for n, (ev, j) in by_node.items()]
+    return sorted(cands, key=lambda c: _when(graph, c[1]))
 
 
 def _pick(cands: Suspects) -> int | None:
@@ -256,7 +283,60 @@ def decide(graph: Graph, noise: Noise, events: list[Event], overflow: Overflow |
         _fault(graph, noise, d, cands, pick, replayable)
     else:
         _drift_or_pass(graph, noise, d)
+        failed = _first_compare_fail(graph, noise) if d.verdict == "pass" else None
+        if failed is not None:  # compare's rule fails a pair: the two gates must not disagree
+            _compare_fault(graph, noise, d, failed, replayable)
     return d
+
+
+def _first_compare_fail(graph: Graph, noise: Noise) -> Tensor | None:
+    """The earliest pair compare judges FAIL although nothing it is computed from fails, and whose error
+    reaches what reads it: an error of its own at compare's rule (compare's thresholds are per dtype;
+    diagnose's calibrated floor may be wider). An output nothing reads stays no culprit."""
+    for t in sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order):
+        node = graph.node_of(t)
+        if t.pair.result != FAIL or t.err is None or t.err <= t.unit or node is None or \
+                node.id == graph.root and t.role == "input":
+            # no error: a pair diagnose does not take as evidence (guessed between different ops); within one
+            # rounding: diagnose measured it better (a mask's finfo.min fill in golden's and the target's dtype)
+            continue
+        if not any(s.pair.result == FAIL for s in graph.known_sources(t)) and \
+                (propagates(graph, noise, t) or _fails_downstream(graph, t)):
+            return t
+    return None
+
+
+def _fails_downstream(graph: Graph, t: Tensor) -> bool:
+    """Whether compare also fails what reads `t` (its error reaches downstream by compare's rule)."""
+    if graph.is_model_output(t):
+        return True
+    return any(graph.tensors[i].pair.result == FAIL for node, _ in graph.consumer_nodes(t) for i in node.outputs)
+
+
+def _compare_fault(graph: Graph, noise: Noise, d: Diagnosis, t: Tensor, replayable: bool) -> None:
+    """A fault named from compare's own verdict on a pair (when no calibrated event was strong enough)."""
+    nid, how = graph.blame(t)
+    node = graph.nodes[nid]
+    main = _main_output(graph, node, t, noise)
+    u = units(t)
+    if u is not None and math.isfinite(u):
+        size = f"{u:.3g} rounding units"
+    elif t.golden is not None and t.target is not None and t.golden.op != t.target.op:
+        size = f"golden runs {t.golden.op} there"
+    else:
+        size = "its values"
+    reason = (f"compare fails {t.rec.name} (off by {size}) while everything it is computed from passes: "
+              "the error enters here")
+    d.verdict = "fault"
+    d.culprit = Culprit(**node_info(graph, node), golden=main.golden.name if main.golden else None,
+                        target=main.target.name if main.target else None, reason=reason, how=how,
+                        evidence_record=t.target.name if t.target else None, direction=graph.direction)
+    d.summary = f"{node.module or '<root>'} ({node.op}) is the culprit: {reason}"
+    d.evidence = _node_evidence(graph, node, t)
+    d.advice = _advice(node, how, replayable) or "Compare this op's implementation and settings with golden's."
+    d.path_of_divergence = _path(graph, t.order, node, noise)
+    d.candidates = [OpCandidate(rank=1, **node_info(graph, node), golden=d.culprit.golden, target=d.culprit.target,
+                                how=how, record=d.culprit.evidence_record, error_units=_num(u), reason=reason)]
 
 
 def _inputs_differ(graph: Graph, d: Diagnosis, inputs_differ: list[Tensor]) -> None:

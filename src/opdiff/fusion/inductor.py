@@ -25,6 +25,8 @@ from ..base.outdir import claim_dir
 from ..capture.torch import capture as eager_capture
 from ..capture.torch.compiled import CHILDREN, CompiledRegions, region_paths
 from ..capture.torch.compiled import capture as compiled_capture
+from ..capture.torch.patching import call as call_model  # model(**inputs) / (*inputs) / (inputs), no autograd
+from ..capture.torch.preserve import preserved
 from ..compare.run import compare
 from .bisect import bisect_switches
 from .ort import SWITCH_FILE, FusionResult, _agrees, _finish, _write_reports
@@ -48,16 +50,6 @@ SWITCHES: dict[str, Any] = {
     "use_fast_math": False,
     "emulate_precision_casts": True,
 }
-
-
-def call_model(model: torch.nn.Module, inputs: Any) -> Any:
-    """model(**inputs), model(*inputs) or model(inputs), without autograd."""
-    with torch.no_grad():
-        if isinstance(inputs, dict):
-            return model(**inputs)
-        if isinstance(inputs, (tuple, list)):
-            return model(*inputs)
-        return model(inputs)
 
 
 def active_switches(options: dict[str, Any]) -> list[str]:
@@ -132,6 +124,13 @@ def fusion_torch(model: torch.nn.Module, inputs: Any, out: str | Path, *, region
                  options: dict[str, Any] | None = None, thresholds: Any = None, force: bool = False,
                  workers: int | None = 1) -> FusionResult:
     """Golden: `model` eager; target: its `regions` compiled with Inductor `options`; bisect if they differ."""
+    with preserved(model, rng=True):  # each run starts from the model and RNG as the user left them
+        return _fusion_torch(model, inputs, Path(out), regions=regions, options=options, thresholds=thresholds,
+                             force=force, workers=workers)
+
+
+def _fusion_torch(model: torch.nn.Module, inputs: Any, out: Path, *, regions: str | list[str] | None,
+                  options: dict[str, Any] | None, thresholds: Any, force: bool, workers: int | None) -> FusionResult:
     t0 = time.perf_counter()
     out = Path(out)
     options = dict(options or {})

@@ -33,6 +33,7 @@ def module_signatures(model: Any, inputs: dict[str, Any]) -> dict[str, dict[str,
     import torch
 
     from ..torch.naming import flatten, flatten_call
+    from ..torch.preserve import preserved
 
     found: dict[str, dict[str, Any]] = {}
 
@@ -46,7 +47,7 @@ def module_signatures(model: Any, inputs: dict[str, Any]) -> dict[str, dict[str,
     handles = [m.register_forward_hook(lambda mod, a, k, o, p=path: hook(p, mod, a, k, o), with_kwargs=True)
                for path, m in model.named_modules()]
     try:
-        with torch.no_grad():
+        with preserved(model, rng=True), torch.no_grad():
             model(**inputs)
     finally:
         for h in handles:
@@ -56,6 +57,13 @@ def module_signatures(model: Any, inputs: dict[str, Any]) -> dict[str, dict[str,
 
 def export_onnx(model: Any, inputs: dict[str, Any], path: str | os.PathLike, *, opset: int = 17) -> dict[str, np.ndarray]:
     """Write `model` called with keyword `inputs` as ONNX at `path`; returns the inputs as numpy (for .npz)."""
+    from ..torch.preserve import preserved
+
+    with preserved(model, rng=True):  # the exporter leaves the model in train mode: put it back as found
+        return _export_onnx(model, inputs, path, opset)
+
+
+def _export_onnx(model: Any, inputs: dict[str, Any], path: str | os.PathLike, opset: int) -> dict[str, np.ndarray]:
     import onnx
     import torch
 
@@ -99,6 +107,8 @@ def export_pair(model: Any, inputs: dict[str, Any], out: str | os.PathLike, *, o
 
     if not isinstance(inputs, dict):
         raise OpdiffError(f"export-onnx: inputs must be a dict of keyword arguments, not {type(inputs).__name__}")
+    from ..torch.preserve import preserved
+
     root = Path(out)
     claim_dir(root, force)
     root.mkdir(parents=True, exist_ok=True)
@@ -109,7 +119,7 @@ def export_pair(model: Any, inputs: dict[str, Any], out: str | os.PathLike, *, o
         from ..torch import capture
 
         paths["golden"] = root / GOLDEN_DIR
-        with capture(model, paths["golden"], level="module", overwrite=force):
+        with preserved(model, rng=True), capture(model, paths["golden"], level="module", overwrite=force):
             import torch
 
             with torch.no_grad():

@@ -29,6 +29,28 @@ def install(s: CaptureSession, optimizer: torch.optim.Optimizer) -> list:
             optimizer.register_step_post_hook(partial(_post, s, calls))]
 
 
+def install_phase(s: CaptureSession) -> list:
+    """Without `optimizer=`: any optimizer stepping the model's parameters still marks its ops as the update
+    (direction "update", named after the parameters' modules) instead of gradient processing in the backward
+    pass; nothing of its own is recorded (global step hooks; an attached optimizer's own hooks take over)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    def pre(optimizer, args, kwargs) -> None:
+        if s.optimizer is None and s.state.phase != "update":
+            owners = {id(p): mpath for mpath, _, p, _ in _calls(s, optimizer)}
+            if owners:
+                for mpath, _, p, _ in _calls(s, optimizer):
+                    owners.update({id(v): mpath for _, v in _tensor_states(optimizer, p)})
+                s.state.begin_update(owners)
+                s._phase_from = optimizer
+
+    def post(optimizer, args, kwargs) -> None:
+        if s._phase_from is optimizer:
+            s._phase_from = None
+            s.state.end_update()
+    return [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
+
+
 def hyperparameters(group: dict[str, Any]) -> dict[str, Any]:
     """The numeric settings of a param group (lr, betas, eps, weight_decay, momentum, ...)."""
     out: dict[str, Any] = {}

@@ -18,6 +18,7 @@ from ..session import Session
 from . import collectives, module_hooks, optim, ranks
 from .api_mode import ApiMode
 from .aten_mode import AtenMode
+from .preserve import ModelState
 from .recorder import Recorder
 from .state import CaptureState
 
@@ -105,6 +106,8 @@ class CaptureSession(Session):
         self._mode: ApiMode | AtenMode | None = None
         self._wanted: dict[tuple[str, str], bool] = {}
         self._restore_collectives: Callable[[], None] | None = None
+        self._phase_from: torch.optim.Optimizer | None = None  # an unattached optimizer whose step runs (optim.py)
+        self._found: ModelState | None = None  # the model's hooks as found (preserve.py)
 
     # -- options ------------------------------------------------------------------------------
     def hooks_module(self, path: str) -> bool:
@@ -154,10 +157,13 @@ class CaptureSession(Session):
         return writer
 
     def _install(self) -> None:
+        self._found = ModelState.snapshot(self.model)  # hooks and forwards go back as found (preserve.py)
         self.state.index_parameters(self._named_parameters())
         self._handles = module_hooks.install(self)
         if self.optimizer is not None:
             self._handles += optim.install(self, self.optimizer)
+        else:
+            self._handles += optim.install_phase(self)
         self._restore_collectives = collectives.install(self)
         if self.backward:
             self._install_grad_hooks()
@@ -165,6 +171,8 @@ class CaptureSession(Session):
 
     def _uninstall(self) -> None:
         self._remove()
+        if self._found is not None:
+            self._found.restore(hooks_only=True)
 
     def _finish(self, ok: bool) -> None:
         self._end_step()

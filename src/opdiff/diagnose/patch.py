@@ -1,0 +1,246 @@
+"""Causal proof by patching, when both runs can be re-executed (docs/diagnose.md, "Patch confirmation").
+
+Statistics on dumps say where an error *appears*; patching says what *causes* it. Given a Patcher
+(capture/torch/patching.py for PyTorch) this module:
+
+1. localises: one target run in which every module returns golden's output; each module's own output
+   in that run was computed from golden's values (its inputs, its children's outputs), so an error there
+   is its own code's — the leaves' own ops, or a parent's code between its children;
+2. repairs: the target re-run with the culprits' outputs replaced by golden's must agree with golden
+   at the model output within the noise tolerance; each culprit is shown to be needed (leaving it out
+   keeps the divergence) and golden given that culprit's target output diverges (breakage test);
+3. searches further when the localised set does not repair: modules are added by decreasing local
+   error until it does (a bounded number of runs).
+
+Framework-neutral (no torch import): the Patcher does the running.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..metrics.thresholds import SIGNIFICANT, unit
+from .noise import DRIFT
+from .types import _JsonForm
+
+MAX_RUNS = 48  # re-executions the search may spend beyond the first three
+NEEDED = 1.25  # leaving a culprit out must leave this much more error than the full repair does
+MAX_CULPRITS = 4  # more modules than this needed to repair it is no fault of a few ops: drift
+
+
+class Patcher(Protocol):
+    """Re-runs two models with module outputs exchanged."""
+
+    def modules(self) -> list[str]:
+        """Called module paths (not the root), in the target's execution order."""
+        ...
+
+    def error(self, patched: frozenset[str], into: str = "target") -> float:
+        """Model-output error against golden when `into`'s modules `patched` return the other side's outputs."""
+        ...
+
+    def local_errors(self) -> dict[str, tuple[float, str | None]]:
+        """Per module, the error of its own output when every module returns golden's (and its output dtype)."""
+        ...
+
+
+@dataclass
+class PatchCulprit(_JsonForm):
+    """One module the repair needs, with the model-output errors that prove it."""
+
+    module: str
+    local_error: float | None  # its own output's error on golden's values
+    error_without: float | None = None  # target, every other culprit patched but not this one
+    error_golden_broken: float | None = None  # golden with this module's target output
+
+
+@dataclass
+class PatchProof(_JsonForm):
+    """What patching showed: status, the model-output error before and after, every culprit needed."""
+
+    status: str  # confirmed | found | agrees | not-found | skipped | error
+    method: str = "patch"
+    tolerance: float | None = None
+    error_before: float | None = None  # target's model output against golden's, as run
+    error_after: float | None = None  # with every culprit's output replaced by golden's
+    culprits: list[PatchCulprit] = field(default_factory=list)
+    statistical_culprit: str | None = None  # the module diagnose named from the dumps
+    agrees_with_statistics: bool | None = None
+    runs: int = 0
+    reason: str | None = None
+
+    OPTIONAL = frozenset({"reason", "statistical_culprit", "agrees_with_statistics"})
+    DROP_EMPTY = False
+
+    def to_json(self) -> dict[str, Any]:
+        doc = super().to_json()
+        doc["culprits"] = [c.to_json() for c in self.culprits]
+        return doc
+
+
+class _Budget(Exception):
+    pass
+
+
+class _Runs:
+    """Cached error runs with a budget."""
+
+    def __init__(self, patcher: Patcher, limit: int):
+        self.patcher, self.limit = patcher, limit
+        self.cache: dict[tuple[frozenset[str], str], float] = {}
+        self.count = 0
+
+    def error(self, patched: frozenset[str], into: str = "target") -> float:
+        key = (patched, into)
+        if key not in self.cache:
+            if self.count >= self.limit:
+                raise _Budget
+            self.count += 1
+            self.cache[key] = self.patcher.error(patched, into)
+        return self.cache[key]
+
+
+def tolerance(noise: dict[str, Any]) -> float:
+    """Model-output error still within noise: the bar diagnose's pass/drift decision uses."""
+    floor = float(noise.get("floor_units", 1.0) or 1.0)
+    run_unit = float(noise.get("run_unit", unit("float32")) or unit("float32"))
+    return DRIFT * floor * run_unit
+
+
+def is_within(module: str, other: str) -> bool:
+    """Whether `module` is `other` or inside it (or `other` is the root)."""
+    return not other or module == other or module.startswith(other + ".")
+
+
+def localise(patcher: Patcher, floor: float = 1.0) -> tuple[list[str], dict[str, float]]:
+    """Modules whose own output is off beyond noise on golden's values, in execution order; all local errors."""
+    local = patcher.local_errors()
+    errs = {m: e for m, (e, _) in local.items()}
+    flagged = [m for m in patcher.modules() if m in local
+               and local[m][0] > SIGNIFICANT * floor * max(unit(local[m][1]), unit("float32"))]
+    return flagged, errs
+
+
+def _needed(runs: _Runs, flagged: list[str], tol: float) -> list[str]:
+    """Drop culprits whose repair is not needed (latest first: an earlier cause outranks what it feeds).
+    A culprit is needed when leaving it unpatched keeps the error above the noise (or, for a low-precision
+    target whose own rounding exceeds it, clearly above what the full repair leaves)."""
+    keep = list(flagged)
+    bar = max(tol, NEEDED * runs.error(frozenset(keep)))
+    for m in reversed(flagged):
+        if len(keep) > 1 and runs.error(frozenset(keep) - {m}) <= bar:
+            keep.remove(m)
+    return keep
+
+
+def _widen(runs: _Runs, patcher: Patcher, start: list[str], local: dict[str, float], tol: float) -> list[str] | None:
+    """Add modules by decreasing local error (earliest first on ties) until patching them repairs the output."""
+    order = {m: i for i, m in enumerate(patcher.modules())}
+    rest = sorted((m for m in local if m not in start and m in order), key=lambda m: (-local[m], order[m]))
+    chosen = list(start)
+    for m in rest:
+        if local[m] <= 0:
+            break
+        chosen.append(m)
+        if runs.error(frozenset(chosen)) <= tol:
+            return sorted(chosen, key=order.__getitem__)
+        if len(chosen) > 2 * MAX_CULPRITS:
+            return None
+    return None
+
+
+def prove(patcher: Patcher, noise: dict[str, Any], statistical: str | None = None,
+          max_runs: int = MAX_RUNS) -> PatchProof:
+    """Localise, repair, and show each culprit needed; see the module docstring."""
+    tol = tolerance(noise)
+    runs = _Runs(patcher, max_runs)
+    proof = PatchProof("agrees", tolerance=tol, statistical_culprit=statistical)
+    try:
+        proof.error_before = runs.error(frozenset())
+        flagged, local = localise(patcher, float(noise.get("floor_units", 1.0) or 1.0))
+        if proof.error_before <= tol and not flagged:
+            proof.reason = "the model outputs agree within the noise tolerance and no module errs on golden's values"
+            return proof
+        culprits = _repair(runs, patcher, flagged, local, tol, proof.error_before)
+        if culprits is None:
+            proof.status = "not-found"
+            proof.reason = (f"no set of at most {MAX_CULPRITS} modules whose golden outputs repair the model output "
+                            "(the error is spread over many modules, or made outside any module)")
+            return proof
+        _explain(runs, proof, culprits, local, tol)
+    except _Budget:
+        proof.status = "not-found"
+        proof.reason = f"the search stopped after {max_runs} re-runs"
+    finally:
+        proof.runs = runs.count
+    return proof
+
+
+def _repair(runs: _Runs, patcher: Patcher, flagged: list[str], local: dict[str, float], tol: float,
+            before: float) -> list[str] | None:
+    """The culprits: the localised modules when patching them repairs the output (to within the noise, or,
+    below it, to less than what it was), else a set widened by local error."""
+    culprits: list[str] | None
+    if flagged and (runs.error(frozenset(flagged)) <= tol or before <= tol and runs.error(frozenset(flagged)) < before):
+        culprits = _needed(runs, flagged, tol)
+    else:
+        widened = _widen(runs, patcher, flagged, local, tol)
+        culprits = _needed(runs, widened, tol) if widened else None
+    if culprits is None or len(culprits) > MAX_CULPRITS:
+        return None
+    return culprits
+
+
+def _explain(runs: _Runs, proof: PatchProof, culprits: list[str], local: dict[str, float], tol: float) -> None:
+    proof.error_after = runs.error(frozenset(culprits))
+    for m in culprits:
+        c = PatchCulprit(m, local.get(m))
+        c.error_without = runs.error(frozenset(culprits) - {m}) if len(culprits) > 1 else proof.error_before
+        c.error_golden_broken = runs.error(frozenset({m}), into="golden")
+        proof.culprits.append(c)
+    proof.status = "found"
+    st = proof.statistical_culprit
+    if st is not None:
+        proof.agrees_with_statistics = any(is_within(m, st) or is_within(st, m) for m in culprits if m)
+        if proof.agrees_with_statistics:
+            proof.status = "confirmed"
+    names = ", ".join(culprits)
+    proof.reason = (f"replacing the output of {names} by golden's brings the model-output error from "
+                    f"{_fmt(proof.error_before)} to {_fmt(proof.error_after)} (tolerance {_fmt(tol)})")
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else ("inf" if not math.isfinite(x) else f"{x:.3g}")
+
+
+def apply(diag: Any, proof: PatchProof, graph: Any = None) -> None:
+    """Attach the proof to a Diagnosis; when patching finds culprits the statistics missed (a pass, a drift,
+    another module), the verdict becomes a fault at the first culprit in execution order."""
+    diag.patch = proof
+    if proof.status != "found" or not proof.culprits or diag.verdict in ("inputs-differ", "overflow"):
+        return
+    from .types import Candidate, Culprit
+
+    first = proof.culprits[0].module
+    was = f"{diag.verdict}" + (f" at {diag.culprit.module or '<root>'}" if diag.culprit is not None else "")
+    nid = graph.owner.get(first) if graph is not None else None
+    node = graph.nodes[nid] if nid is not None else None
+    others = [c.module for c in proof.culprits[1:]]
+    reason = (f"patching proves it: {proof.reason}" + (f"; {', '.join(others)} also needed" if others else "")
+              + f" (the dumps' statistics alone said {was})")
+    prior = diag.culprit
+    diag.verdict = "fault"
+    diag.culprit = Culprit(module=first, op=node.op if node else "", node=node.name if node else first,
+                           level=node.level if node else "module", golden_node=node.golden if node else None,
+                           reason=reason, how="patch", direction="forward")
+    diag.summary = f"{first or '<root>'} is the culprit: {reason}"
+    cands = [Candidate(rank=i + 1, node=c.module, module=c.module, op="", level="module", reason="patch culprit",
+                       score=c.local_error) for i, c in enumerate(proof.culprits)]
+    if prior is not None:
+        cands.append(Candidate(rank=len(cands) + 1, node=prior.node, module=prior.module, op=prior.op, level=prior.level,
+                               reason="the statistics' culprit, which patching did not need"))
+    diag.candidates = cands + [c for c in diag.candidates if c.module not in {x.module for x in cands}][:8]
+    diag.advice = (f"Compare {first or 'the model'}'s code and settings with golden's"
+                   + (f", and those of {', '.join(others)}" if others else "") + ".")

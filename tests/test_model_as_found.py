@@ -1,0 +1,161 @@
+"""Every entry point that touches a user's model leaves it as it found it: training flag of each module,
+requires_grad and values of each parameter, the hooks, the instance forwards, and the RNG state a plain run
+of the same code leaves (issue 20: export_pair used to leave the model in train mode)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import opdiff
+
+
+class Block(torch.nn.Module):
+    def __init__(self, p: float):
+        super().__init__()
+        self.fc, self.drop, self.ln = torch.nn.Linear(16, 16), torch.nn.Dropout(p), torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.ln(x + self.drop(torch.relu(self.fc(x))))
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.b0, self.b1, self.head = Block(0.3), Block(0.5), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.b1(self.b0(x)))
+
+
+def _user_model() -> tuple[Net, dict, list]:
+    """A model as a user leaves it mid-work: mixed train/eval, a frozen weight, a hook of their own."""
+    torch.manual_seed(0)
+    model = Net()
+    model.train()
+    model.b1.eval()  # b0's dropout runs (consumes RNG), b1's does not
+    model.head.bias.requires_grad_(False)
+    seen: list = []
+    model.b0.register_forward_hook(lambda m, a, o: seen.append(o.shape))
+    return model, {"x": torch.randn(3, 16, generator=torch.Generator().manual_seed(1))}, seen
+
+
+def _state(model: torch.nn.Module) -> dict:
+    hooks = {name: {k: sorted(getattr(m, k)) for k in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")}
+             for name, m in model.named_modules()}
+    return {
+        "training": {name: m.training for name, m in model.named_modules()},
+        "requires_grad": {name: p.requires_grad for name, p in model.named_parameters()},
+        "values": {name: p.detach().clone() for name, p in model.named_parameters()},
+        "ids": {name: id(p) for name, p in model.named_parameters()},
+        "hooks": hooks,
+        "forward": {name: "forward" in m.__dict__ for name, m in model.named_modules()},
+    }
+
+
+def _rng() -> tuple:
+    return torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+
+
+def _assert_same(before: dict, after: dict, what: str) -> None:
+    for key in ("training", "requires_grad", "ids", "hooks", "forward"):
+        assert after[key] == before[key], f"{what}: {key} changed"
+    for name, v in before["values"].items():
+        assert torch.equal(after["values"][name], v), f"{what}: parameter {name} changed"
+
+
+def _assert_rng(a: tuple, b: tuple, what: str) -> None:
+    assert torch.equal(a[0], b[0]) and a[1] == b[1] and np.array_equal(a[2], b[2]), f"{what}: RNG state differs"
+
+
+def _forward(model, inputs):
+    return model(**inputs)
+
+
+def _train_step(model, inputs):
+    out = model(**inputs)
+    out.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad(set_to_none=True)
+    return out, grads
+
+
+CAPTURES = [
+    ("module-tensor", dict(level="module", mode="tensor"), _forward),
+    ("api-stats", dict(level="api", mode="stats"), _forward),
+    ("aten-hash-backward", dict(level="aten", mode="hash", backward=True), _train_step),
+    ("module-backward", dict(level="module", mode="stats", backward=True), _train_step),
+]
+
+
+@pytest.mark.parametrize("name,options,body", CAPTURES, ids=[c[0] for c in CAPTURES])
+def test_capture_leaves_the_model_and_rng_as_a_plain_run_does(tmp_path, name, options, body):
+    model, inputs, seen = _user_model()
+    before = _state(model)
+    torch.manual_seed(5)
+    plain = body(model, inputs)
+    rng_plain = _rng()
+    torch.manual_seed(5)
+    with opdiff.capture(model, tmp_path / name, **options):
+        captured = body(model, inputs)
+    _assert_same(before, _state(model), name)
+    _assert_rng(rng_plain, _rng(), name)  # capture draws no random numbers of its own
+    flat = lambda r: [r] if isinstance(r, torch.Tensor) else [r[0], *r[1]]
+    assert all(torch.equal(a, b) for a, b in zip(flat(plain), flat(captured)))
+    assert len(seen) == 2  # the user's hook ran in both runs, and still runs
+    model(**inputs)
+    assert len(seen) == 3
+
+
+def test_capture_with_an_optimizer_leaves_hooks_and_flags(tmp_path):
+    model, inputs, _ = _user_model()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    before = _state(model)
+    opt_hooks = (dict(opt._optimizer_step_pre_hooks), dict(opt._optimizer_step_post_hooks))
+    with opdiff.capture(model, tmp_path / "opt", level="module", mode="stats", optimizer=opt):
+        model(**inputs).sum().backward()
+        opt.step()
+    after = _state(model)
+    assert after["values"]["b0.fc.weight"].ne(before["values"]["b0.fc.weight"]).any()  # the step did run
+    before["values"] = after["values"]
+    _assert_same(before, after, "optimizer capture")
+    assert (dict(opt._optimizer_step_pre_hooks), dict(opt._optimizer_step_post_hooks)) == opt_hooks
+
+
+def test_export_pair_leaves_the_model_in_its_modes_and_rng(tmp_path):
+    pytest.importorskip("onnx")
+    from opdiff.capture.onnxruntime.export import export_pair
+
+    model, inputs, _ = _user_model()
+    model.eval()  # the ORT recipe: an eval model, exported, then its golden captured
+    before = _state(model)
+    torch.manual_seed(7)
+    rng = _rng()
+    export_pair(model, inputs, tmp_path / "ex")
+    _assert_same(before, _state(model), "export_pair")
+    _assert_rng(rng, _rng(), "export_pair")
+    model.train()
+    model.b1.eval()
+    mixed = _state(model)
+    export_pair(model, inputs, tmp_path / "ex2", golden=False)
+    _assert_same(mixed, _state(model), "export_pair on a model in mixed modes")
+
+
+@pytest.mark.slow
+def test_compiled_capture_and_fusion_torch_leave_the_model_as_found(tmp_path):
+    from opdiff.fusion.inductor import fusion_torch
+
+    model, inputs, _ = _user_model()
+    before = _state(model)
+    with opdiff.capture(model, tmp_path / "compiled", level="module", mode="stats", compile=["b1"]):
+        model(**inputs)
+    _assert_same(before, _state(model), "compiled capture")
+    torch.manual_seed(3)
+    rng = _rng()
+    fusion_torch(model, inputs, tmp_path / "fusion", regions=["b1"])
+    _assert_same(before, _state(model), "fusion_torch")
+    _assert_rng(rng, _rng(), "fusion_torch")
