@@ -67,6 +67,7 @@ class Launcher:
         self.local = threading.local()  # .depth: module calls running in this thread; .scaler: inside GradScaler.step
         self.last_loss: torch.Tensor | None = None
         self._restore: list[Any] = []
+        self._post_hook: Any = None  # our global optimizer step post-hook (install, _post_hook_last)
         self._unwrap_call: Any = lambda: None
 
     # -- installing -----------------------------------------------------------------------
@@ -79,8 +80,8 @@ class Launcher:
             self._patch(torch.Tensor, "backward", self._wrap_backward(torch.Tensor.backward))
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        self._restore += [register_optimizer_step_pre_hook(self._opt_pre).remove,
-                          register_optimizer_step_post_hook(self._opt_post).remove]
+        self._restore += [register_optimizer_step_pre_hook(self._opt_pre).remove]
+        self._post_hook = register_optimizer_step_post_hook(self._opt_post)
         atexit.register(self.at_exit)
         hook = sys.excepthook
 
@@ -146,6 +147,16 @@ class Launcher:
             return
         self.session = s
         self._unwrap_call()  # the model is found: module calls need no wrapper any more
+        self._post_hook_last()
+
+    def _post_hook_last(self) -> None:
+        """Our global step post-hook runs after the session's own (optim.install_phase): closing the session
+        from it then removes only hooks already run, and torch's loop over the global hooks goes on unharmed."""
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        if self._post_hook is not None:
+            self._post_hook.remove()
+        self._post_hook = register_optimizer_step_post_hook(self._opt_post)
 
     def _when(self, step: int) -> bool:
         """--when-loss-above: capture a step when the loss of the step before was above the bound (or not finite)."""
@@ -206,6 +217,8 @@ class Launcher:
         self._unwrap_call()
         while self._restore:
             self._restore.pop()()
+        if self._post_hook is not None:
+            self._post_hook.remove()
         if s is None:
             return
         try:

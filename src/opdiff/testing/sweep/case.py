@@ -112,14 +112,23 @@ def prepare(case: Case):
 
 
 def run(case: Case, work: Path) -> dict[str, Any]:
-    """The case's result record (see grade.py for the grades)."""
+    """The case's result record (see grade.py for the grades), on one thread; the caller's thread count is
+    put back after (a test process goes on with other tests)."""
     import torch
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run(case, work)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(case: Case, work: Path) -> dict[str, Any]:
     from ...base.errors import OpdiffError
     from ...compare import compare
     from ...diagnose import diagnose
 
-    torch.set_num_threads(1)
     t0 = time.perf_counter()
     rec: dict[str, Any] = {**asdict(case), "id": case.id, "kind": catalog.CLASSES[case.klass].kind}
     if rec["kind"] == "training":
