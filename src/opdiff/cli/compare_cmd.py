@@ -104,16 +104,30 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     _prepare_out(out_dir, force, fmts)
     from .. import report
     from ..compare.run import compare  # the kernels load only once the input is known to be good
+    from .parallel_opts import merged
 
-    cmp = compare(g, t, mapping=mapping, mode=mode, thresholds=th, workers=workers, progress=not no_progress)
+    every_step = rank is None and step is None and not merged(g) and not merged(t)  # --step/--rank: that part only
+    cmp = compare(g, t, mapping=mapping, mode=mode, thresholds=th, workers=workers, progress=not no_progress,
+                  all_steps=every_step)
     paths = _paths(out_dir, fmts)
     # the verdict first: the report files (XLSX alone takes seconds on big comparisons) are written
     # after it, before the command returns; each to a temporary file renamed into place
     report.render(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
     for f, path in zip(fmts, paths):
         report.write(cmp, f, path)
+    _say_steps(cmp, allow_unmatched)
     ranks_failed = parallel_report(g, t, cmp.results, th, out_dir)
     return 0 if cmp.passed(allow_unmatched) and not ranks_failed else 1
+
+
+def _say_steps(cmp, allow_unmatched: bool) -> None:
+    """One line for the other steps compared: how many, and which fail (reports hold the first step's pairs)."""
+    if not cmp.other_steps:
+        return
+    bad = cmp.failed_steps(allow_unmatched)
+    click.echo(f"{len(cmp.other_steps) + 1} steps compared (rank {cmp.target.rank}); the reports hold step "
+               f"{cmp.target.step}; " + (f"FAIL at step(s) {', '.join(str(s) for _, s in bad)} "
+                                          f"(--step N for that step's report)" if bad else "every other step passes"))
 
 
 def register(cli: click.Group) -> None:

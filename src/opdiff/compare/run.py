@@ -48,6 +48,7 @@ from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower
 from ..metrics.verdict import verdict
 from ..store import Dump, load
 from ..store.format import FLOAT_DTYPES, dtype_name
+from .parts import open_pair, shared_steps
 from .sameness import check_comparable
 from .unmatched import Failing, failing_unmatched
 
@@ -71,6 +72,7 @@ class Comparison:
     elapsed: float = 0.0  # seconds spent in compare()
     tensor_bytes: int = 0  # bytes of tensor data read, both sides together
     workers: int = 1
+    other_steps: dict[tuple[int, int], Comparison] = field(default_factory=dict)  # (rank, step): the other steps
     _failing: list[Failing] | None = field(default=None, init=False, repr=False, compare=False)  # failing_unmatched()
 
     def counts(self) -> dict[str, int]:
@@ -104,10 +106,20 @@ class Comparison:
         never count."""
         if not self.compared_any():
             return False  # nothing compared is not a pass
+        if any(not c.passed(allow_unmatched) for c in self.other_steps.values()):
+            return False  # a multi-step dump passes only when every step both dumps hold does
         for r in self.results:
             if r.result == FAIL or r.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR):
                 return False
         return allow_unmatched or not self.failing_unmatched()
+
+    def failed_steps(self, allow_unmatched: bool = False) -> list[tuple[int, int]]:
+        """(rank, step) of the other steps compared that do not pass."""
+        return [k for k, c in sorted(self.other_steps.items()) if not c.passed(allow_unmatched)]
+
+    def by_step(self) -> dict[tuple[int, int], Comparison]:
+        """Every (rank, step) part this comparison covers, this one included."""
+        return {(self.target.rank, self.target.step): self, **self.other_steps}
 
     def compared_any(self) -> bool:
         """Whether at least one pair was compared (nothing compared is never a pass)."""
@@ -385,8 +397,12 @@ def compare(
     thresholds: Thresholds | str | None = None,
     workers: int | None = None,
     progress: bool | Callable[[int, int], None] = False,
+    all_steps: bool = True,
 ) -> Comparison:
     """Compare every record of `target` with its `golden` counterpart (docs/compare.md).
+
+    With `all_steps`, every other step both dumps hold (at the target's rank) is compared too, into
+    `other_steps`, and counts in `passed()`: a multi-step dump is never judged on its first step alone.
 
     `thresholds`: a Thresholds, a preset name or a YAML/JSON file path (default: the "default"
     preset). `progress`: True for a progress bar on stderr, or a callback(done_bytes, total_bytes).
@@ -439,9 +455,17 @@ def compare(
         for ws in spaces:
             ws.close()
     final = finish(results, golden, target)
-    return Comparison(golden=golden, target=target, mode=resolved_mode(golden, target, mode),
-                      results=final, thresholds=thresholds, mapping=mapping, elapsed=time.perf_counter() - t0,
-                      tensor_bytes=total, workers=workers)
+    cmp = Comparison(golden=golden, target=target, mode=resolved_mode(golden, target, mode),
+                     results=final, thresholds=thresholds, mapping=mapping, elapsed=time.perf_counter() - t0,
+                     tensor_bytes=total, workers=workers)
+    if all_steps:
+        for rank, step in shared_steps(golden, target):
+            if (rank, step) != (target.rank, target.step):
+                g, t = open_pair(golden, target, rank, step)
+                cmp.other_steps[(rank, step)] = compare(g, t, mapping=mapping, mode=mode, thresholds=thresholds,
+                                                        workers=workers, all_steps=False)
+        cmp.elapsed = time.perf_counter() - t0
+    return cmp
 
 
 def _progress(progress: bool | Callable[[int, int], None], total: int, pairs: int) -> Callable[[int | None], None]:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..base.errors import OpdiffError
 from ..base.vocab import DIRECTIONS  # forward, backward, update: the order passes run in a step
+from ..compare.parts import open_pair, shared_steps
+from ..compare.parts import shift as _shift
 from ..compare.sameness import check_comparable
 from ..store import Dump
 from . import update as upd
@@ -52,13 +54,6 @@ class Part:
         return out
 
 
-def _shift(golden: Dump, target: Dump) -> tuple[int, int]:
-    """(rank, step) to add to a target part to get its golden part: two step (or rank) folders of one run
-    pair step with step (rank with rank) as two runs would; otherwise 0, 0."""
-    (gr, gs), (tr, ts) = golden.scope, target.scope
-    return (gr - tr if gr is not None and tr is not None else 0), (gs - ts if gs is not None and ts is not None else 0)
-
-
 def _parts(golden: Dump, target: Dump, rank: int | None, step: int | None) -> list[tuple[int, int]]:
     dr, ds = _shift(golden, target)
     common = sorted({(r, s) for r, s in target.parts if (r + dr, s + ds) in golden.parts}, key=lambda p: (p[1], p[0]))
@@ -71,11 +66,6 @@ def _parts(golden: Dump, target: Dump, rank: int | None, step: int | None) -> li
         raise OpdiffError(f"{target.root}: golden and target have no {what} in common "
                           f"(golden has {golden.parts}, target has {target.parts})")
     return picked
-
-
-def _part(dump: Dump, rank: int, step: int) -> Dump:
-    """The dump's (rank, step) part; a dump that names one part is that part."""
-    return dump if (dump.rank, dump.step) == (rank, step) or len(dump.parts) == 1 else dump.with_part(rank, step)
 
 
 def _directions(comparison: Comparison, direction: str | None) -> list[str]:
@@ -92,18 +82,24 @@ def diagnose_run(golden: Dump, target: Dump, *, mapping: Mapping | str | os.Path
     from .run import confirm_culprit, diagnose_pass
 
     per_part = comparison if isinstance(comparison, dict) else None  # {(rank, step): Comparison}, e.g. from Dask
-    keys = sorted(per_part) if per_part is not None else [(target.rank, target.step)] if comparison is not None \
-        else _parts(golden, target, rank, step)
+    if comparison is not None and per_part is None:  # one compare() result: every step it and the dumps cover
+        per_part = comparison.by_step()
+        if rank is None and step is None:  # never a pass about steps nobody looked at: compare the rest here
+            keys = sorted(set(per_part) | set(shared_steps(golden, target)), key=lambda p: (p[1], p[0]))
+        else:
+            keys = sorted(k for k in per_part if (rank is None or k[0] == rank) and (step is None or k[1] == step))
+    else:
+        keys = sorted(per_part) if per_part is not None else _parts(golden, target, rank, step)
     done: list[Part] = []
     steps = sorted({s for _, s in keys})
     for s in steps:
         at_step: list[Part] = []
         for r in sorted({r for r, s2 in keys if s2 == s}):
-            dr, ds = _shift(golden, target)
-            g, t = _part(golden, r + dr, s + ds), _part(target, r, s)
-            comp = per_part[(r, s)] if per_part is not None else comparison if comparison is not None \
-                else compare(g, t, mapping=mapping, workers=workers, progress=progress)
-            if per_part is not None or comparison is not None:  # compare() checked its own; a handed-in one was not
+            handed = per_part.get((r, s)) if per_part is not None else None
+            g, t = (handed.golden, handed.target) if handed is not None else open_pair(golden, target, r, s)
+            comp = handed if handed is not None else compare(g, t, mapping=mapping, workers=workers, progress=progress,
+                                                              all_steps=False)
+            if handed is not None:  # compare() checked its own; a handed-in one was not
                 check_comparable(g, t, mapping=comp.mapping)
             dirs = _directions(comp, direction)
             if not dirs:

@@ -151,4 +151,7 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
         why.append("nothing compared")
     if failing:
         why.append(f"{len(failing)} unmatched (--allow-unmatched accepts them)")
+    steps = cmp.failed_steps(allow_unmatched)
+    if steps:
+        why.append(f"step(s) {', '.join(str(s) for _, s in steps)} fail")
     con.print(f"[bold {STYLE[FAIL]}]FAIL[/] ({', '.join(why)})")
