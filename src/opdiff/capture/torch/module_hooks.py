@@ -51,7 +51,9 @@ def install(s: CaptureSession) -> list:
             continue
         op = type(m).__name__
         is_root = m is s.model
-        handles.append(m.register_forward_pre_hook(partial(_pre, s, path, op, is_root), with_kwargs=True))
+        # first of the module's pre-hooks: ops the user's own pre-hooks run (a mask rewritten on the way in)
+        # belong to this module's call, not to its parent, and its inputs are what the caller passed
+        handles.append(m.register_forward_pre_hook(partial(_pre, s, path, op, is_root), with_kwargs=True, prepend=True))
         handles.append(m.register_forward_hook(partial(_post, s, path, op, is_root), with_kwargs=True, always_call=True,
                                                prepend=holds_dtensor(m)))
     return handles
