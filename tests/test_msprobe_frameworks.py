@@ -139,3 +139,69 @@ def test_msprobe_api_mapping_pairs_apis_in_mapped_modules_by_name(tmp_path):
             "--map", str(tmp_path / "api.yaml"), "--map", str(tmp_path / "own.yaml"), "-o", str(tmp_path / "o"), "--format", "csv")
     assert r.returncode in (0, 1), r.stderr
     assert "mindspore.mint.logical_or#0/forward/input/1" in (tmp_path / "o" / "compare.csv").read_text()
+
+
+def _mindspore_tensor_dump(root, relu_shift=0.0):
+    """A tensor-task dump laid out as msprobe's MindSpore dumper writes it (MindSpore itself is not installable
+    here, so numpy writes the files): dump.json with `data_name`s, `dump_tensor_data/{api}.{forward}.{role}.{i}.npy`,
+    bfloat16 saved widened to float32 as msprobe's save_tensor_as_npy does."""
+    import json
+
+    import ml_dtypes
+    import numpy as np
+
+    part = root / "step0" / "rank0"
+    (part / "dump_tensor_data").mkdir(parents=True)
+    rng = np.random.RandomState(0)
+    x = rng.randn(2, 3).astype(np.float32)
+    w = rng.randn(3, 4).astype(ml_dtypes.bfloat16)
+    y = (x @ w.astype(np.float32)).astype(np.float32)
+    z = np.maximum(y + relu_shift, 0).astype(np.float32)
+    tensors = {"Mint.matmul.0.forward": {"input_args": [("x", x), ("w", w)], "output": [("y", y)]},
+               "MintFunctional.relu.0.forward": {"input_args": [("y", y)], "output": [("z", z)]}}
+    data = {}
+    for api, roles in tensors.items():
+        data[api] = {"input_kwargs": {}}
+        for role, items in roles.items():
+            entries = []
+            for i, (_, a) in enumerate(items):
+                name = f"{api}.{role.split('_')[0]}.{i}.npy"
+                np.save(part / "dump_tensor_data" / name, a.astype(np.float32) if a.dtype == ml_dtypes.bfloat16 else a)
+                f = a.astype(np.float32)
+                entries.append({"type": "mindspore.Tensor", "dtype": "BFloat16" if a.dtype == ml_dtypes.bfloat16 else "Float32",
+                                "shape": list(a.shape), "Max": float(f.max()), "Min": float(f.min()), "Mean": float(f.mean()),
+                                "Norm": float(np.linalg.norm(f)), "data_name": name})
+            data[api][role] = entries
+    doc = {"task": "tensor", "level": "L1", "framework": "mindspore", "dump_data_dir": str(part / "dump_tensor_data"),
+           "data": data}
+    (part / "dump.json").write_text(json.dumps(doc))
+    return part
+
+
+def test_mindspore_tensor_task_npy_data_is_read_and_compared(tmp_path):
+    """MindSpore tensor-task data (.npy): every tensor reads with its values (bfloat16 narrowed back exactly), a
+    changed tensor fails where it changed and only there, and a file that disagrees with dump.json is an error."""
+    import ml_dtypes
+    import numpy as np
+
+    golden = _mindspore_tensor_dump(tmp_path / "g")
+    _mindspore_tensor_dump(tmp_path / "t", relu_shift=0.75)
+    g, t = load(tmp_path / "g"), load(tmp_path / "t")
+    assert not g.problems and len(g) == 5 and g.meta["mode"] == "tensor"
+    w = next(r for r in g if r.op == "mindspore.mint.matmul" and r.pos == "1")
+    assert w.dtype == "bfloat16" and w.extra["msprobe_tensor"] == "Mint.matmul.0.forward.input.1"
+    arr = np.asarray(g.tensor(w))
+    rng = np.random.RandomState(0)
+    rng.randn(2, 3)
+    want = rng.randn(3, 4).astype(ml_dtypes.bfloat16)
+    assert arr.dtype == ml_dtypes.bfloat16 and arr.tobytes() == want.tobytes()  # the bfloat16 tensor's own bits
+    cmp = compare(g, t)
+    res = {p.target.name: p for p in cmp.results}
+    assert all(p.mode == "tensor" and p.status == "compared" for p in cmp.results)
+    failed = sorted(n for n, p in res.items() if p.result == "FAIL")
+    assert failed == ["mindspore.mint.nn.functional.relu#0/forward/output/0"], failed
+    np.save(golden / "dump_tensor_data" / "MintFunctional.relu.0.forward.output.0.npy", np.zeros((3, 2), np.float32))
+    bad = compare(load(tmp_path / "g"), t)
+    err = [p for p in bad.results if p.status == "error"]
+    assert len(err) == 1 and "relu.0.forward.output.0.npy" in err[0].err_message and "dump.json says" in err[0].err_message
+    assert not bad.passed()
