@@ -224,17 +224,17 @@ def test_fsdp2_training_step_against_one_process(tmp_path):
     """Forward, backward and SGD update of FSDP2 (fully_shard) on two ranks, each with half the batch."""
     root = run_scenario(tmp_path, "fsdp", "none,slice")
     cmp, chk = verdict(root, "none")
-    fails = [r.target.name for r in cmp.results if r.result == "FAIL"]
-    # FSDP averages parameter gradients over the ranks; the step multiplies them back before the update, so only
-    # the gradients as FSDP left them (parameter hooks) differ, by exactly 1/world
-    assert fails and all(n.split("/")[1].startswith("parameter#") and "/backward/gradient/" in n for n in fails)
-    g, t = opdiff.load(root / "golden"), merge_ranks(opdiff.load(root / "target_none"))
-    ratio = (t.tensor(fails[0]).ravel() @ g.tensor(fails[0]).ravel()) / (g.tensor(fails[0]).ravel() ** 2).sum()
-    assert ratio == pytest.approx(0.5, rel=1e-5)
-    passed = {r.target.name for r in cmp.results if r.result == "PASS"}
-    assert any("/update/output/" in n for n in passed) and any("/backward/input/" in n for n in passed)
+    # the gradients as FSDP leaves them (sharded, reduced over the ranks) equal the golden's: nothing special-cased
+    assert cmp.passed() and not chk.findings, [r.target.name for r in cmp.results if r.result != "PASS"][:5]
+    names = {r.target.name for r in cmp.results}
+    assert any("/update/output/" in n for n in names) and any("/backward/input/" in n for n in names)
+    grads = [r for r in cmp.results if "/backward/gradient/" in r.target.name]
+    assert grads and all(r.target.name.split("/")[1].startswith("parameter#") for r in grads)
+    t = merge_ranks(opdiff.load(root / "target_none"))
     assert any(r.extra["layout"]["placements"] == ["S(0)"] and r.extra["layout"]["source"] == "dtensor"
                for r in t.records)
+    # recorded after FSDP's reduce-scatter: each rank's gradient is its shard (S(0)) of the reduced gradient
+    assert all(r.extra["layout"]["placements"] == ["S(0)"] for r in t.records if "/backward/gradient/" in r.name)
     cmp, chk = verdict(root, "slice")
     o = chk.origin()
     assert (o.kind, o.ranks, o.region, o.record) == (SHARD, (1,), "dim 0 [16:32]",
