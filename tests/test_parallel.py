@@ -18,7 +18,7 @@ import pytest
 
 import opdiff
 from opdiff.compare import compare
-from opdiff.compare.shards import MISREDUCED, REPLICAS, SHARD, check_parallel
+from opdiff.compare.shards import MAX_SPLIT, MISREDUCED, REPLICAS, SHARD, check_parallel, first_per_module
 from opdiff.errors import DumpError
 from opdiff.store.logical import merge_ranks
 from opdiff.testing.synthetic import Tensor, write_dump, write_run
@@ -78,6 +78,46 @@ def test_wrong_shard_and_stale_replica_are_named_with_rank_and_region(tmp_path):
     assert first.record == "fc/parameter#0/forward/parameter/weight"
     rep = [f for f in chk.findings if f.kind == REPLICAS]
     assert rep and rep[0].ranks == (1,) and rep[0].record == "fc/Linear#0/forward/input/0" and chk.failed()
+
+
+def test_every_failing_module_is_named_up_to_the_cap(tmp_path):
+    """Not only the first few failing tensors: the first failing tensor of each module gets its rank named."""
+    n = 12  # more modules than the old limit of 8
+    ws = [RNG.standard_normal((4, 4)).astype(np.float32) for _ in range(n)]
+    write_dump(tmp_path / "g", [Tensor(f"m{i}", "parameter", "parameter", "weight", w) for i, w in enumerate(ws)])
+    wrong = [w.copy() for w in ws]
+    for i, w in enumerate(wrong):
+        w[2 + i % 2] += 1.0  # rank 1 (rows 2:4) holds a wrong row
+    write_run(tmp_path / "t", {(r, 0): [Tensor(f"m{i}", "parameter", "parameter", "weight", w[2 * r:2 * r + 2],
+                                               extra=lay(["S(0)"])) for i, w in enumerate(wrong)] for r in (0, 1)})
+    g, t = opdiff.load(tmp_path / "g"), merge_ranks(opdiff.load(tmp_path / "t"))
+    cmp = compare(g, t, progress=False)
+    found = [(f.record.split("/")[0], f.ranks, f.region) for f in check_parallel(t, g, cmp.results).findings]
+    assert found == [(f"m{i}", (1,), "dim 0 [2:4]") for i in range(n)]
+    fails = [r for r in cmp.results if r.result == "FAIL"]
+    assert len(first_per_module(fails, cap=5)) == 5 and MAX_SPLIT >= 64
+
+
+def test_partial_contribution_of_one_rank_named_against_a_parallel_golden(tmp_path):
+    """A row-parallel output (P(sum)) whose rank-1 contribution is wrong: a golden laid out the same way names rank 1;
+    a whole golden cannot tell the contributions apart, so nothing is claimed about a rank."""
+    def part(p):
+        return [Tensor("row", "Linear", "output", "0", p, extra=lay(["P(sum)"]))]
+
+    write_run(tmp_path / "g2", {(0, 0): part(PARTS[0]), (1, 0): part(PARTS[1])})
+    write_dump(tmp_path / "g1", [Tensor("row", "Linear", "output", "0", Y)])
+    for bad_rank in (0, 1):
+        bad = [p + np.float32(0.5) if r == bad_rank else p for r, p in enumerate(PARTS)]
+        write_run(tmp_path / f"t{bad_rank}", {(r, 0): part(bad[r]) for r in (0, 1)})
+        t = merge_ranks(opdiff.load(tmp_path / f"t{bad_rank}"))
+        g2 = merge_ranks(opdiff.load(tmp_path / "g2"))
+        cmp = compare(g2, t, progress=False)
+        assert not cmp.passed()
+        o = check_parallel(t, g2, cmp.results).origin()
+        assert o is not None and (o.kind, o.ranks, o.region) == (SHARD, (bad_rank,), "partial contribution")
+        g1 = opdiff.load(tmp_path / "g1")
+        cmp = compare(g1, t, progress=False)
+        assert not cmp.passed() and not check_parallel(t, g1, cmp.results).findings
 
 
 def test_two_dimensional_mesh_and_missing_rank(tmp_path):
