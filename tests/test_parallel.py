@@ -159,6 +159,19 @@ def test_cli_merges_ranks_and_rejects_bad_layout_files(tmp_path):
         assert "bad.yaml" in p.stderr and not (tmp_path / "o3").exists()
 
 
+def test_scheduler_refuses_merged_ranks_in_one_line(tmp_path):
+    """Dask compares rank i with rank i: with ranks to merge it refuses before starting a cluster or writing."""
+    write_dump(tmp_path / "g", golden_tensors())
+    write_run(tmp_path / "t", {(0, 0): rank_tensors(0), (1, 0): rank_tensors(1)})
+    for args in (("diagnose", tmp_path / "g", tmp_path / "t", "--scheduler", "local:1", "-o", tmp_path / "d.json"),
+                 ("compare", tmp_path / "g", tmp_path / "t", "-o", tmp_path / "o", "--scheduler", "local:1",
+                  "--merge-ranks")):
+        p = cli(*args)
+        assert p.returncode == 2 and "cannot merge ranks" in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    assert not (tmp_path / "d.json").exists() and not (tmp_path / "o").exists()
+
+
 # -- real parallel runs ----------------------------------------------------------------------------------
 
 def run_scenario(root: Path, scenario: str, faults: str) -> Path:
