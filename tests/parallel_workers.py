@@ -273,7 +273,8 @@ def run_fsdp(rank: int, root: str, fault: str) -> None:
     # each rank's loss is its share of the global batch's loss (normalised by the global element count, as
     # TorchTitan normalises by the global token count), so gradients must be summed over the ranks, not
     # averaged: FSDP is told so, as such a run tells it (gloo needs the plain-sum path: no PREMUL_SUM)
-    for m in (*model.layers, model):
+    # fault "localmean": the other common recipe, each rank's loss a mean over its own slice, FSDP's default average
+    for m in (*model.layers, model) if fault != "localmean" else ():
         m.set_gradient_divide_factor(1.0)
         m.set_force_sum_reduction_for_comms(True)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -283,7 +284,8 @@ def run_fsdp(rank: int, root: str, fault: str) -> None:
     with open(f"{root}/layout{rank}.yaml", "w") as f:
         f.write(FSDP_LAYOUT)
     n = x.shape[0] // dist.get_world_size()
-    train_step(model, opt, x[rank * n:(rank + 1) * n], f"{root}/target_{fault}", x.numel(),
+    train_step(model, opt, x[rank * n:(rank + 1) * n], f"{root}/target_{fault}",
+               x.numel() // dist.get_world_size() if fault == "localmean" else x.numel(),
                layout=f"{root}/layout{rank}.yaml")
 
 

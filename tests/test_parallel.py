@@ -275,7 +275,7 @@ def test_replicas_command_without_golden(tmp_path):
 @pytest.mark.slow
 def test_fsdp2_training_step_against_one_process(tmp_path):
     """Forward, backward and SGD update of FSDP2 (fully_shard) on two ranks, each with half the batch."""
-    root = run_scenario(tmp_path, "fsdp", "none,slice")
+    root = run_scenario(tmp_path, "fsdp", "none,slice,localmean")
     cmp, chk = verdict(root, "none")
     # the gradients as FSDP leaves them (sharded, reduced over the ranks) equal the golden's: nothing special-cased
     assert cmp.passed() and not chk.findings, [r.target.name for r in cmp.results if r.result != "PASS"][:5]
@@ -292,6 +292,16 @@ def test_fsdp2_training_step_against_one_process(tmp_path):
     o = chk.origin()
     assert (o.kind, o.ranks, o.region, o.record) == (SHARD, (1,), "dim 0 [16:32]",
                                                      "layers.1.mlp.up/parameter#0/forward/parameter/weight")
+    # a local-mean loss per rank with FSDP's average: parameter gradients and the update still equal the golden's,
+    # each rank's activation gradients are world (2) times the golden's slice, and are reported
+    cmp, _ = verdict(root, "localmean")
+    fails = [r.target.name for r in cmp.results if r.result == "FAIL"]
+    assert fails and all("/backward/" in n and "/backward/gradient/" not in n for n in fails)
+    assert not [r for r in cmp.results if r.result == "FAIL" and ("/update/" in r.target.name or "parameter#" in
+                                                                   r.target.name)]
+    g, t = opdiff.load(root / "golden"), merge_ranks(opdiff.load(root / "target_localmean"))
+    a, b = g.tensor(fails[0]).ravel(), t.tensor(fails[0]).ravel()
+    assert (a @ b) / (a @ a) == pytest.approx(2.0, rel=1e-5)
 
 
 def test_capture_leaves_storages_resizable(tmp_path):
