@@ -94,6 +94,9 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     if pass_if:
         th = with_rules(th, [parse_expr(e) for e in pass_if], [parse_expr(e) for e in warn_if])
     mapping = load_mappings(map_file)
+    if scheduler and merge:  # the dumps may sit on other hosts: refused by the flag, before reading them
+        raise OpdiffError("--scheduler compares rank i with rank i and cannot merge ranks: drop --scheduler or "
+                          "--merge-ranks")
     if scheduler:  # every selected (rank, step) part, on Dask (docs/scale.md)
         from .dask_opts import run_compare
 

@@ -20,7 +20,7 @@ from ..base.termsafe import safe
 from ..base.vocab import TORCH_LEVELS as LEVELS
 from .common import open_dump
 from .dask_opts import dask_options
-from .parallel_opts import merged, open_sides, parallel_check, parallel_options, print_parallel
+from .parallel_opts import merged, open_sides, parallel_check, parallel_options, print_parallel, refuse_scheduler
 
 
 def _out_file(path: str | None, force: bool) -> Path | None:
@@ -69,6 +69,7 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     html_path = _out_file(html_file, force)
     mapping = load_mappings(map_file)
     g, t = open_sides(golden, target, rank, step, allow_partial, layout_file, merge, "diagnose")
+    refuse_scheduler(g, t, scheduler)
     cmp: Any = None
     html_cmp = None
     if scheduler:  # the comparisons on Dask (docs/scale.md), the diagnosis here
