@@ -270,10 +270,13 @@ def run_fsdp(rank: int, root: str, fault: str) -> None:
     for block in model.layers:
         fully_shard(block)
     fully_shard(model)
-    # each rank's loss is its share of the global batch's loss, so activation gradients equal the golden's;
-    # FSDP averages the parameter gradients over the ranks (gloo has no pre-multiplied sum to make it sum
-    # them), so the step multiplies them back by the world size before the update
-    scale = dist.get_world_size()
+    # each rank's loss is its share of the global batch's loss (normalised by the global element count, as
+    # TorchTitan normalises by the global token count), so gradients must be summed over the ranks, not
+    # averaged: FSDP is told so, as such a run tells it (gloo needs the plain-sum path: no PREMUL_SUM)
+    # fault "localmean": the other common recipe, each rank's loss a mean over its own slice, FSDP's default average
+    for m in (*model.layers, model) if fault != "localmean" else ():
+        m.set_gradient_divide_factor(1.0)
+        m.set_force_sum_reduction_for_comms(True)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     if fault == "slice" and rank == 1:  # rank 1's shard of a weight is off before the step
         with torch.no_grad():
@@ -281,18 +284,14 @@ def run_fsdp(rank: int, root: str, fault: str) -> None:
     with open(f"{root}/layout{rank}.yaml", "w") as f:
         f.write(FSDP_LAYOUT)
     n = x.shape[0] // dist.get_world_size()
-    train_step(model, opt, x[rank * n:(rank + 1) * n], f"{root}/target_{fault}", x.numel(), scale,
+    train_step(model, opt, x[rank * n:(rank + 1) * n], f"{root}/target_{fault}",
+               x.numel() // dist.get_world_size() if fault == "localmean" else x.numel(),
                layout=f"{root}/layout{rank}.yaml")
 
 
-def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, path: str, total: int, scale: int = 1,
-               **kw) -> None:
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, path: str, total: int, **kw) -> None:
     with opdiff.capture(model, path, mode="tensor", backward=True, optimizer=opt, **kw):
         (model(x).pow(2).sum() / total).backward()
-        if scale != 1:
-            with torch.no_grad():
-                for p in model.parameters():
-                    p.grad.mul_(scale)
         opt.step()
 
 

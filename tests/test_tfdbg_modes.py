@@ -25,7 +25,10 @@ def _run(root: Path, mode: str, variant: str) -> None:
     @tf.function
     def f(x, w):
         h = tf.matmul(x, w) + 0.5
-        h = tf.nn.relu(h) if variant == "relu" else tf.nn.gelu(h)
+        if variant.startswith("lrelu"):  # the same op (LeakyRelu) in both runs, with another alpha in the bug
+            h = tf.nn.leaky_relu(h, alpha=-0.2 if variant == "lrelu_neg" else 0.2)
+        else:
+            h = tf.nn.relu(h) if variant == "relu" else tf.nn.gelu(h)
         return tf.reduce_sum(h, axis=1), h * (3e38 if variant == "overflow" else 2.0)
 
     x = tf.constant(np.random.RandomState(0).randn(3, 4).astype(np.float32))
@@ -46,6 +49,8 @@ def dumps(tmp_path_factory) -> Path:
                 continue
             _run(root / variant / mode, mode, "gelu" if variant == "gelu2" else variant)
     _run(root / "gelu" / "FULL_TENSOR", "FULL_TENSOR", "gelu")
+    for variant in ("lrelu", "lrelu_neg"):
+        _run(root / variant / "FULL_HEALTH", "FULL_HEALTH", variant)
     return root
 
 
@@ -77,7 +82,23 @@ def test_full_health_counts_catch_gelu_to_relu(dumps):
     bad = [r for r in cmp.results if r.result == "FAIL"]
     assert bad and any("changed sign or zero" in r.err_message for r in bad)
     code, d = _diagnose(dumps / "gelu" / "FULL_HEALTH", dumps / "relu" / "FULL_HEALTH")
-    assert code == 1 and d["verdict"] != "pass"
+    assert code == 1 and d["verdict"] == "fault"
+    # the op that made the counts differ (ReLU, which golden does not run), worded as counts, not rounding units
+    assert (d["culprit"]["op"], d["culprit"]["node"]) == ("Relu", "f/Relu#0")
+    assert "changed sign or zero" in d["culprit"]["reason"] and "rounding units" not in d["summary"]
+    assert d["first_divergence"]["error_units"] is None
+
+
+def test_full_health_blames_the_op_whose_counts_change_while_its_inputs_agree(dumps):
+    """LeakyRelu in both runs, alpha 0.2 against -0.2: the first op whose sign counts differ while its input's
+    counts agree is named, with the counts as evidence (golden negative 7 -> target 0)."""
+    code, d = _diagnose(dumps / "lrelu" / "FULL_HEALTH", dumps / "lrelu_neg" / "FULL_HEALTH")
+    assert code == 1 and d["verdict"] == "fault"
+    assert (d["culprit"]["op"], d["culprit"]["how"]) == ("LeakyRelu", "output")
+    assert "inputs agree" in d["culprit"]["reason"] and "changed sign or zero" in d["culprit"]["reason"]
+    assert "units" not in d["culprit"]["reason"] and "units" not in d["candidates"][0]["reason"]
+    assert [e["error_units"] for e in d["evidence"]["inputs"]] == [0.0]
+    assert d["evidence"]["outputs"][0]["result"] == "FAIL" and d["evidence"]["outputs"][0]["error_units"] is None
 
 
 @pytest.mark.parametrize("mode", ("CONCISE_HEALTH", "CURT_HEALTH", "SHAPE"))

@@ -52,7 +52,8 @@ def _paths(out: Path, fmts: list[str]) -> list[Path]:
 @click.option("-o", "--out", "out", required=True, type=click.Path(), help="Output directory for the reports.")
 @click.option("--mode", type=click.Choice(["auto", "tensor", "stats", "hash"]), default="auto", show_default=True,
               help="What to compare: real data, statistics or content hashes (auto: the richest both dumps have).")
-@click.option("--map", "map_file", type=click.Path(), help="Mapping file (YAML/JSON): exact names, regex renames, fusions.")
+@click.option("--map", "map_file", type=click.Path(), multiple=True,
+              help="Mapping file (YAML/JSON): names, renames, fusions; msprobe layer/API mapping (repeatable).")
 @click.option("--thresholds", "thresholds_file", type=click.Path(), help="Verdict rules file (YAML/JSON).")
 @click.option("--preset", default="default", show_default=True,
               help="Verdict rule preset: default, msprobe-torchair, msaccucmp, bitwise; msprobe: msprobe's "
@@ -80,7 +81,7 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
 
     Exits 0 when everything passes, 1 when something fails, 2 on bad input.
     """
-    from ..match.mapping import load_mapping
+    from ..match.mapping import load_mappings
     from ..metrics.thresholds import load_thresholds, parse_expr, with_rules
     from ..metrics.thresholds import preset as get_preset
 
@@ -92,7 +93,10 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
         raise OpdiffError("--warn-if needs --pass-if")
     if pass_if:
         th = with_rules(th, [parse_expr(e) for e in pass_if], [parse_expr(e) for e in warn_if])
-    mapping = load_mapping(map_file) if map_file else None
+    mapping = load_mappings(map_file)
+    if scheduler and merge:  # the dumps may sit on other hosts: refused by the flag, before reading them
+        raise OpdiffError("--scheduler compares rank i with rank i and cannot merge ranks: drop --scheduler or "
+                          "--merge-ranks")
     if scheduler:  # every selected (rank, step) part, on Dask (docs/scale.md)
         from .dask_opts import run_compare
 

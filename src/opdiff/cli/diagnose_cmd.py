@@ -20,7 +20,7 @@ from ..base.termsafe import safe
 from ..base.vocab import TORCH_LEVELS as LEVELS
 from .common import open_dump
 from .dask_opts import dask_options
-from .parallel_opts import merged, open_sides, parallel_check, parallel_options, print_parallel
+from .parallel_opts import merged, open_sides, parallel_check, parallel_options, print_parallel, refuse_scheduler
 
 
 def _out_file(path: str | None, force: bool) -> Path | None:
@@ -39,7 +39,8 @@ def _out_file(path: str | None, force: bool) -> Path | None:
 @click.command("diagnose")
 @click.argument("golden", type=click.Path())
 @click.argument("target", type=click.Path())
-@click.option("--map", "map_file", type=click.Path(), help="Mapping file (as for compare): renames and fusions.")
+@click.option("--map", "map_file", type=click.Path(), multiple=True,
+              help="Mapping file (as for compare; repeatable): renames, fusions, msprobe layer/API mapping.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON (schema: docs/diagnose.md).")
 @click.option("-o", "--out", "out", type=click.Path(), help="Also write the diagnosis JSON to this file.")
 @click.option("--force", is_flag=True, help="Overwrite --out and --html if they exist.")
@@ -62,12 +63,13 @@ def diagnose_cmd(golden, target, map_file, as_json, out, force, html_file, level
     """
     from .. import report
     from ..diagnose import diagnose
-    from ..match.mapping import load_mapping
+    from ..match.mapping import load_mappings
 
     out_path = _out_file(out, force)
     html_path = _out_file(html_file, force)
-    mapping = load_mapping(map_file) if map_file else None
+    mapping = load_mappings(map_file)
     g, t = open_sides(golden, target, rank, step, allow_partial, layout_file, merge, "diagnose")
+    refuse_scheduler(g, t, scheduler)
     cmp: Any = None
     html_cmp = None
     if scheduler:  # the comparisons on Dask (docs/scale.md), the diagnosis here

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from ..base.errors import OpdiffError
 from ..base.jsonsafe import dumps
 from ..base.termsafe import safe
 from ..store import Dump
@@ -55,6 +56,14 @@ def open_sides(golden: str, target: str, rank: int | None, step: int | None, all
     from ..store.logical import merge_ranks
 
     return (merge_ranks(g, rules) if _ranks(g) > 1 else g), (merge_ranks(t, rules) if _ranks(t) > 1 else t)
+
+
+def refuse_scheduler(g: Dump, t: Dump, scheduler: str | None) -> None:
+    """--scheduler compares rank i with rank i on Dask and cannot merge ranks: one line, before any work."""
+    if scheduler and (merged(g) or merged(t)):
+        raise OpdiffError(f"--scheduler compares rank i with rank i and cannot merge ranks ({_ranks(g)} in "
+                          f"{g.where}, {_ranks(t)} in {t.where}): drop --scheduler, or compare one part with "
+                          f"--rank N --per-rank")
 
 
 def merged(d: Dump) -> bool:

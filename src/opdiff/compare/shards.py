@@ -36,7 +36,7 @@ SHARD = "shard-differs"
 MISREDUCED = "mis-reduced"
 FAILING_KINDS = (REPLICAS, MISREDUCED)  # fail a run even when every logical pair passes
 _ORDER = {REPLICAS: 0, MISREDUCED: 1, SHARD: 2}  # at one position: the finding that explains the others first
-MAX_FAILS = 8  # failing logical tensors split back to the ranks' shards
+MAX_SPLIT = 64  # modules whose first failing logical tensor is split back to the ranks' shards
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def check_parallel(target: LogicalDump, golden: Dump | None = None, results: Ite
     for name, lg in target.logical.items():
         out.checked_replicas += _has_copies(lg)
         out.findings += _replicas(target, name, lg, pos[name], golden, gold.get(name), th)
-    for r in failing[:MAX_FAILS]:
+    for r in first_per_module(failing):
         assert r.target is not None and r.golden is not None and golden is not None
         out.findings += _shards(target, golden, r.golden, r.target.name, pos[r.target.name], th)
     out.checked_collectives, found = _collectives(target, pos)
@@ -103,6 +103,19 @@ def check_parallel(target: LogicalDump, golden: Dump | None = None, results: Ite
         assert first.golden is not None and first.target is not None
         out.findings += _misreduced(target, golden, first.golden, first.target, pos, th)
     out.findings.sort(key=lambda f: (f.position, _ORDER[f.kind]))
+    return out
+
+
+def first_per_module(failing: list[PairResult], cap: int = MAX_SPLIT) -> list[PairResult]:
+    """The first failing pair of each module, in order, for at most `cap` modules: every module that goes wrong
+    gets its ranks named, while the reads stay bounded (a tensor and its shards per module)."""
+    seen: set[str] = set()
+    out = []
+    for r in failing:
+        module = r.target.module if r.target else ""
+        if module not in seen and len(seen) < cap:
+            seen.add(module)
+            out.append(r)
     return out
 
 
@@ -223,6 +236,8 @@ def _shards(dump: LogicalDump, golden: Dump, grec: Record, name: str, position: 
     if len(lg.shards) < 2:  # one rank holds it whole (a pipeline stage): that rank ran it
         s = lg.shards[0]
         return [_finding(SHARD, lg, position, (s.rank,), "", "the only rank holding it (its pipeline stage) ran it")]
+    if any(p.kind == "partial" for p in lg.layout.placements):
+        return _contributions(dump, golden, grec, lg, position, th)
     try:
         g = golden.tensor(grec)
     except DumpError:
@@ -240,6 +255,31 @@ def _shards(dump: LogicalDump, golden: Dump, grec: Record, name: str, position: 
         if not ok:
             out.append(_finding(SHARD, lg, position, (s.rank,), _region_text(region),
                                 f"differs from the golden's slice ({why.split(';')[0]})"))
+    return out
+
+
+def _contributions(dump: LogicalDump, golden: Dump, grec: Record, lg: Logical, position: float,
+                   th: Thresholds) -> list[ShardFinding]:
+    """A Partial tensor: each rank's contribution against the golden's at the same mesh coordinate. Only a merged
+    golden laying the tensor out the same way has contributions; from a whole golden they cannot be told apart."""
+    if not isinstance(golden, LogicalDump):
+        return []
+    glg = golden.logical.get(grec.name)
+    if glg is None or (glg.layout.mesh_shape, glg.layout.placements) != (lg.layout.mesh_shape, lg.layout.placements):
+        return []
+    by_coord = {s.coord: s for s in glg.shards}
+    out = []
+    for s in lg.shards:
+        gs = by_coord.get(s.coord)
+        if gs is None:
+            continue
+        try:
+            ok, why = _agrees(golden.shard_tensor(gs), dump.shard_tensor(s), gs.record.dtype, s.record.dtype, th)
+        except DumpError as exc:
+            ok, why = False, f"unreadable: {exc}"
+        if not ok:
+            out.append(_finding(SHARD, lg, position, (s.rank,), "partial contribution",
+                                f"differs from the golden rank {gs.rank}'s contribution ({why.split(';')[0]})"))
     return out
 
 

@@ -83,8 +83,9 @@ def _num(x: float | None) -> float | None:
 
 
 def units(t: Tensor) -> float | None:
-    """A tensor pair's error in rounding units of its lower-precision dtype."""
-    if t.err is None:
+    """A tensor pair's error in rounding units of its lower-precision dtype (none for a pair judged on counts:
+    its error is a share of elements, not a size)."""
+    if t.err is None or (t.pair.mode == "counts" and t.err != 0):
         return None
     if t.unit == 0:
         return 0.0 if t.err == 0 else None  # integers differ or not: no units
@@ -128,11 +129,7 @@ def _main_output(graph: Graph, node: Node, fallback: Tensor, noise: Noise | None
 
 
 def _reason(graph: Graph, ev_tensor: Tensor, how: str, node: Node, inherited_units: float | None) -> str:
-    u = units(ev_tensor)
-    if ev_tensor.unit == 0:
-        err = "some values (integers, compared exactly)"
-    else:
-        err = "non-finite values" if u is None or not math.isfinite(u) else f"{u:.3g} rounding units"
+    err = off_by(ev_tensor)
     inh = "exactly" if not inherited_units else f"within {inherited_units:.3g} units"
     rec = ev_tensor.rec
     if how == "output":
@@ -187,9 +184,30 @@ def _run_units(t: Tensor | None, noise: Noise) -> float | None:
     unit for a whole path, so an fp32 step inside a bf16 model is not counted in 65,536 times finer units."""
     if t is None or t.err is None:
         return None
-    if t.unit == 0:
+    if t.unit == 0 or t.pair.mode == "counts":
         return 0.0 if t.err == 0 else None
     return t.err / (noise.run_unit or t.unit)
+
+
+def counts_words(t: Tensor) -> str:
+    """What differs in a pair judged on counts (tfdbg health modes), from compare's metrics and reason."""
+    what = t.pair.err_message.split("; judged on", 1)[0].strip()
+    moved, numel = t.pair.metrics.get(M.DIFF_COUNT), t.pair.metrics.get(M.NUMEL)
+    detail = re.search(r"changed sign or zero \(([^()]*)\)", what)
+    if isinstance(moved, int) and moved and detail:
+        of = f" of {numel}" if isinstance(numel, int) else ""
+        return f"at least {moved}{of} elements that changed sign or zero (counts {detail.group(1)}; no values held)"
+    return f"its counts ({what})" if what else "its counts"
+
+
+def off_by(t: Tensor) -> str:
+    """How far a pair is off, in the terms its comparison measured: counts, exact integers or rounding units."""
+    if t.pair.mode == "counts" and t.err:
+        return "nan/inf counts" if not math.isfinite(t.err) and "nan/inf" in t.pair.err_message else counts_words(t)
+    u = units(t)
+    if t.unit == 0:
+        return "some values (integers, compared exactly)"
+    return "non-finite values" if u is None or not math.isfinite(u) else f"{u:.3g} rounding units"
 
 
 def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: int = 40) -> list[dict[str, Any]]:
@@ -319,7 +337,9 @@ def _compare_fault(graph: Graph, noise: Noise, d: Diagnosis, t: Tensor, replayab
     node = graph.nodes[nid]
     main = _main_output(graph, node, t, noise)
     u = units(t)
-    if u is not None and math.isfinite(u):
+    if t.pair.mode == "counts" and t.err:
+        size = off_by(t)
+    elif u is not None and math.isfinite(u):
         size = f"{u:.3g} rounding units"
     elif t.golden is not None and t.target is not None and t.golden.op != t.target.op:
         size = f"golden runs {t.golden.op} there"
@@ -473,6 +493,14 @@ def _cand_json(graph: Graph, rank: int, node: Node, ev: Event | None, jump: floa
         record=t.target.name if t is not None and t.target else None,
         error_units=_num(units(t)) if t is not None else None,
         inherited_units=_num(ev.inherited / t.unit) if ev is not None and t is not None and t.unit else None,
-        reason=reason or (f"output {ev.err / t.unit:.3g} units vs threshold {ev.threshold / t.unit:.3g} units"
-                          if ev is not None and t is not None and t.unit else "differs exactly"),
+        reason=reason or _cand_reason(ev, t),
     )
+
+
+def _cand_reason(ev: Event | None, t: Tensor | None) -> str:
+    """Why a candidate ranks: its error against the threshold, or what its counts say (counts-mode pairs)."""
+    if ev is None or t is None:
+        return "differs exactly"
+    if t.pair.mode == "counts" and t.err:
+        return f"output: {off_by(t)}"
+    return f"output {ev.err / t.unit:.3g} units vs threshold {ev.threshold / t.unit:.3g} units" if t.unit else "differs exactly"

@@ -61,8 +61,11 @@ def layer_renames(doc: dict[str, dict[str, str]], target: list[Record]) -> list[
 
 
 def resolve(mapping: Mapping, target: list[Record]) -> Mapping:
-    """The mapping with its msprobe layer entries turned into renames for this target."""
-    if not mapping.layers:
+    """The mapping with its msprobe layer and API entries turned into renames for this target (layers first:
+    a layer entry naming an API finds it by the target's op name)."""
+    if not mapping.layers and not mapping.apis:
         return mapping
-    return Mapping(names=mapping.names, renames=layer_renames(mapping.layers, target) + mapping.renames,
-                   fusions=mapping.fusions, source=mapping.source)
+    from .api_mapping import api_renames
+
+    renames = layer_renames(mapping.layers, target) + api_renames(mapping.apis, target) + mapping.renames
+    return Mapping(names=mapping.names, renames=renames, fusions=mapping.fusions, source=mapping.source)

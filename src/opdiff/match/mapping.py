@@ -53,6 +53,7 @@ class Mapping:
     fusions: list[Fusion] = field(default_factory=list)
     source: str = ""
     layers: dict[str, dict[str, str]] = field(default_factory=dict)  # msprobe's layer mapping (match/layer_mapping.py)
+    apis: list[Any] = field(default_factory=list)  # msprobe's API mapping entries (match/api_mapping.ApiMap)
 
     def rename(self, name: str) -> str:
         """A target name after every rename rule (the name itself when none applies)."""
@@ -87,8 +88,11 @@ def mapping_from_dict(doc: Any, source: str = "") -> Mapping:
     """Validate a parsed mapping document; raises ValueError naming the bad entry."""
     if doc is None:
         doc = {}
+    from .api_mapping import api_maps, is_api_mapping
     from .layer_mapping import is_layer_mapping
 
+    if is_api_mapping(doc):  # msprobe's api_mapping.yaml (`-am`): resolved against the target when aligning
+        return Mapping(apis=api_maps(doc), source=source)
     if is_layer_mapping(doc):  # msprobe's layer_mapping.yaml: resolved against the target when aligning
         return Mapping(layers={str(k): dict(v) for k, v in doc.items()}, source=source)
     if not isinstance(doc, dict):
@@ -122,3 +126,23 @@ def mapping_from_dict(doc: Any, source: str = "") -> Mapping:
 def load_mapping(path: str | os.PathLike[str]) -> Mapping:
     """Read a YAML (.yaml/.yml) or JSON mapping file; any problem is one OpdiffError line naming the file."""
     return read_doc(path, "mapping file", lambda doc: mapping_from_dict(doc, str(path)))
+
+
+def merge(mappings: list[Mapping]) -> Mapping:
+    """Several mapping files as one (e.g. msprobe's layer and API mapping): every entry of each, in order."""
+    out = Mapping(source=", ".join(m.source for m in mappings if m.source))
+    for m in mappings:
+        out.names.update(m.names)
+        out.renames += m.renames
+        out.fusions += m.fusions
+        out.layers.update(m.layers)
+        out.apis += m.apis
+    return out
+
+
+def load_mappings(paths: tuple[str, ...] | list[str]) -> Mapping | None:
+    """The mapping files a repeatable --map names, merged (None when there are none)."""
+    if not paths:
+        return None
+    maps = [load_mapping(p) for p in paths]
+    return maps[0] if len(maps) == 1 else merge(maps)

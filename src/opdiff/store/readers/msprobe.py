@@ -2,7 +2,7 @@
 
 Statistics, md5/xor and tensor modes; levels L0, L1, mix; forward and backward. Tensors are read
 from `dump_tensor_data/*.pt` by the restricted reader of `torch_pt` (numpy only, never runs
-pickled code). A user may point at the dump root, a step folder or a rank folder. See docs/readers.md.
+pickled code), or `*.npy` as msprobe's MindSpore dumper writes them (header read, no pickle). A user may point at the dump root, a step folder or a rank folder. See docs/readers.md.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ...errors import DumpError
@@ -20,6 +21,7 @@ from ..format import Record
 from ..source import Dump, TensorSpan
 from .msprobe_checksum import mismatch
 from .msprobe_records import DUMP_JSON, TENSOR_DIR, read_part
+from .npy_files import read_header
 from .torch_pt import read_pt
 
 NAME = "msprobe"
@@ -121,6 +123,8 @@ class MsprobeDump(Dump):
             rec = self[rec]
         if rec.data is None:
             raise DumpError(f"{self.dir}: record {rec.name!r} has no tensor data (msprobe {self.meta.get('msprobe_task')} mode)")
+        if rec.data["file"].endswith(".npy"):  # MindSpore's dumper writes numpy files (bfloat16 as float32)
+            return self._npy(rec, self.dir / rec.data["file"])
         pt = read_pt(self.dir / rec.data["file"])
         if pt.dtype != rec.dtype or tuple(pt.shape) != tuple(rec.shape):
             raise DumpError(f"{pt.path}: holds {pt.dtype}{list(pt.shape)} but dump.json says {rec.dtype}{list(rec.shape)}")
@@ -133,6 +137,26 @@ class MsprobeDump(Dump):
         if rec.hash:
             self._verify(rec, pt.path, lambda: np.ascontiguousarray(arr).tobytes())
         return arr
+
+    def _npy(self, rec: Record, path: Path) -> TensorSpan | np.ndarray:
+        """A .npy tensor (header read, never unpickled); bfloat16 saved widened to float32 is narrowed back
+        exactly, so its values and checksum are the tensor's own."""
+        h = read_header(path)
+        if h.problem:
+            raise DumpError(h.problem)
+        widened = rec.dtype == "bfloat16" and h.dtype == "float32"
+        if (h.dtype != rec.dtype and not widened) or h.shape != tuple(rec.shape):
+            raise DumpError(f"{path}: holds {h.dtype}{list(h.shape)} but dump.json says {rec.dtype}{list(rec.shape)}")
+        if h.fortran or widened:
+            arr = np.ascontiguousarray(np.load(path, mmap_mode="r", allow_pickle=False))
+            arr = arr.astype(ml_dtypes.bfloat16) if widened else arr
+            if rec.hash:
+                self._verify(rec, path, arr.tobytes)
+            return arr
+        span = TensorSpan(path=path, offset=h.offset, dtype=rec.dtype, shape=h.shape)
+        if rec.hash:
+            self._verify(rec, path, lambda: _read_at(span.path, span.offset, span.nbytes))
+        return span
 
     def _verify(self, rec: Record, path: Path, raw: Callable[[], bytes]) -> None:
         """msprobe's md5 (CRC-32) or xor checksum of the record against its data: a mismatch is damage."""

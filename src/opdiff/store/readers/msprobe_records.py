@@ -142,7 +142,7 @@ class _Builder:
         nn = node_name(module, op, call)
         numel = math.prod(shape)
         data_name = entry.get("data_name")
-        data = {"file": f"{TENSOR_DIR}/{data_name}", "key": ""} if isinstance(data_name, str) and data_name.endswith(".pt") else None
+        data = {"file": f"{TENSOR_DIR}/{data_name}", "key": ""} if isinstance(data_name, str) and data_name.endswith((".pt", ".npy")) else None
         extra: dict[str, Any] = {"msprobe_name": name.key, "msprobe_tensor": ms or f"{name.key}.{pos}",
                                  "msprobe_dtype": str(entry.get("dtype"))}
         if "requires_grad" in entry:
