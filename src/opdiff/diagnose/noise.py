@@ -90,12 +90,36 @@ def has_fill(rec: Record | None) -> bool:
     return m is not None and m >= FILL * RANGE[rec.dtype]
 
 
+def mask_pair(g: Record | None, t: Record | None) -> bool:
+    """Whether a pair may be one attention mask in two encodings: golden holds fill values, or one side is
+    a boolean mask and the other an additive float one (eager attention vs SDPA)."""
+    if g is None or t is None:
+        return False
+    return has_fill(g) or (g.dtype == "bool") != (t.dtype == "bool") and (g.dtype in RANGE or t.dtype in RANGE)
+
+
+def _kept(a: np.ndarray, dtype: str) -> np.ndarray | None:
+    """Which elements a mask lets through: a boolean mask's True, an additive one's 0 (None: not a mask)."""
+    if dtype == "bool":
+        return np.asarray(a, dtype=bool)
+    a = np.asarray(a, dtype=np.float64)
+    fill: np.ndarray = np.abs(a) >= FILL * RANGE[dtype]
+    if not ((a == 0) | (fill & (a < 0))).all():
+        return None  # values other than 0 and a negative fill: an additive bias, not a mask
+    kept: np.ndarray = ~fill
+    return kept
+
+
 def masked_error(g: np.ndarray, t: np.ndarray, g_dtype: str, t_dtype: str) -> float:
     """Error of a mask-like pair over the elements that are not fill values on either side.
 
     -3.40e38 (fp32's finfo.min) and -3.39e38 (bf16's) both mean "masked": that difference is no
-    error; a different set of masked elements is a full one.
+    error; a different set of masked elements is a full one. A boolean mask and an additive one
+    that let the same elements through are the same mask (error 0).
     """
+    if (g_dtype == "bool") != (t_dtype == "bool"):
+        kg, kt = _kept(g, g_dtype), _kept(t, t_dtype)
+        return 0.0 if kg is not None and kt is not None and kg.shape == kt.shape and (kg == kt).all() else 1.0
     g = np.asarray(g, dtype=np.float64)
     t = np.asarray(t, dtype=np.float64)
     fill_g = np.abs(g) >= FILL * RANGE[g_dtype]

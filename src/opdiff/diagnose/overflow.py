@@ -37,11 +37,33 @@ def first_overflow(graph: Graph) -> Overflow | None:
         if t.golden is not None and gs is not None and _counts(t) == {"nan": gs.nan, "posinf": gs.posinf,
                                                                       "neginf": gs.neginf}:
             continue  # golden has exactly the same inf/nan: not the target's doing
+        if _constant(graph, t) or _fill_for_fill(t):
+            continue  # -inf where golden holds its finfo.min fill (an SDPA mask): the same mask, no overflow
         if any(nonfinite(_target_stats(graph.tensors[s])) for s in graph.sources(t)):
             continue  # inherited from a non-finite input: the origin was seen earlier (or is unrecorded)
         node, how = graph.blame(t)
         return Overflow(t.id, node, how, _counts(t), n_g > 0)
     return None
+
+
+def _constant(graph: Graph, t: Tensor) -> bool:
+    """An op-level output of an op that reads no tensor (aten.scalar_tensor, aten.full): an inf it holds is a
+    constant written on purpose (an SDPA mask's -inf), not an overflow of finite values."""
+    node = graph.node_of(t)
+    return node is not None and t.role == "output" and not graph.module_level and not node.inputs
+
+
+def _fill_for_fill(t: Tensor) -> bool:
+    """Whether the target's inf/nan are only -inf where golden holds a mask's negative fill (finfo.min), the
+    rest agreeing (Graph's mask-aware error is below a full one)."""
+    s = _target_stats(t)
+    if s is None or s.nan or s.posinf or not has_fill(t.golden) or t.golden is None or t.target is None:
+        return False
+    g_min = t.golden.stats.min if t.golden.stats is not None else None
+    if g_min is None or g_min >= 0:
+        return False  # golden's fill is +max: not a mask's negative fill
+    # the error over the unmasked elements agrees, or (a pair not judged: a fill constant) it is -inf throughout
+    return t.err < 1.0 if t.err is not None else s.neginf == t.target.numel
 
 
 def _target_stats(t: Tensor) -> Stats | None:

@@ -1,0 +1,32 @@
+"""Issue 20: one attention mask in two encodings (eager's additive finfo.min vs SDPA's bool or -inf) is the same
+mask to diagnose; a mask that lets other elements through is not."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from opdiff.diagnose.noise import masked_error
+
+
+def _masks(keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    additive = np.where(keep, 0.0, np.finfo(np.float32).min).astype(np.float32)
+    return additive, keep.copy()
+
+
+def test_bool_and_additive_masks_letting_the_same_elements_through_agree():
+    keep = np.tril(np.ones((1, 1, 6, 6), dtype=bool))
+    additive, boolean = _masks(keep)
+    assert masked_error(additive, boolean, "float32", "bool") == 0.0
+    assert masked_error(boolean, additive, "bool", "float32") == 0.0
+    neg_inf = np.where(keep, 0.0, -np.inf).astype(np.float32)
+    assert masked_error(neg_inf, boolean, "float32", "bool") == 0.0
+
+
+def test_bool_and_additive_masks_differing_in_one_element_disagree():
+    keep = np.tril(np.ones((1, 1, 6, 6), dtype=bool))
+    additive, boolean = _masks(keep)
+    boolean[..., 5, 0] = False
+    assert masked_error(additive, boolean, "float32", "bool") == 1.0
+    bias = additive.copy()
+    bias[keep] = 0.5  # an additive bias, not a mask: never equal to a boolean mask
+    assert masked_error(bias, keep, "float32", "bool") == 1.0
