@@ -49,6 +49,17 @@ def unwrap(t: Any) -> tuple[torch.Tensor, dict[str, Any] | None]:
     return local, layout
 
 
+def planned_inputs(m: torch.nn.Module) -> bool:
+    """Whether torch.distributed's parallel plan rewrites this module's inputs (parallelize_module's and
+    distribute_module's pre-hooks): opdiff's pre-hook then runs after them, so the inputs are recorded as the
+    plan lays them out (DTensors with their placements), not as the caller's local shard."""
+    for hook in m._forward_pre_hooks.values():
+        fn = getattr(hook, "func", hook)
+        if str(getattr(fn, "__module__", "") or "").startswith("torch.distributed"):
+            return True
+    return False
+
+
 def holds_dtensor(m: torch.nn.Module) -> bool:
     """Whether a module's own parameters are DTensors (tensor parallel): its output is recorded before the
     parallel plan's output hook turns it into a local tensor, so that it keeps its layout."""

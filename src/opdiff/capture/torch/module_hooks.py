@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .calls import Call, grad_hook, record_inputs, record_outputs, record_tensor, user_source
-from .layout import holds_dtensor
+from .layout import holds_dtensor, planned_inputs
 from .naming import flatten, flatten_call
 
 if TYPE_CHECKING:
@@ -52,8 +52,10 @@ def install(s: CaptureSession) -> list:
         op = type(m).__name__
         is_root = m is s.model
         # first of the module's pre-hooks: ops the user's own pre-hooks run (a mask rewritten on the way in)
-        # belong to this module's call, not to its parent, and its inputs are what the caller passed
-        handles.append(m.register_forward_pre_hook(partial(_pre, s, path, op, is_root), with_kwargs=True, prepend=True))
+        # belong to this module's call, not to its parent, and its inputs are what the caller passed; after a
+        # parallel plan's input hooks, whose DTensors carry the layout that merging ranks needs
+        handles.append(m.register_forward_pre_hook(partial(_pre, s, path, op, is_root), with_kwargs=True,
+                                                   prepend=not planned_inputs(m)))
         handles.append(m.register_forward_hook(partial(_post, s, path, op, is_root), with_kwargs=True, always_call=True,
                                                prepend=holds_dtensor(m)))
     return handles
