@@ -14,13 +14,8 @@ from pathlib import Path
 
 import pytest
 
-playwright = pytest.importorskip("playwright.sync_api")
-CHROMIUM = os.environ.get("OPDIFF_CHROMIUM", "/usr/bin/chromium")
-if not Path(CHROMIUM).exists():
-    pytest.skip(f"{CHROMIUM} missing (run .ci/install-browser)", allow_module_level=True)
+from browser_helpers import ARGS, CHROMIUM, playwright
 
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
 CULPRIT = "transformer.h.2.mlp.act"
 
 

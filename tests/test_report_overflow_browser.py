@@ -16,15 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from browser_helpers import ARGS, CHROMIUM, playwright
 from opdiff.testing.synthetic import Tensor, write_dump
 
-playwright = pytest.importorskip("playwright.sync_api")
-CHROMIUM = os.environ.get("OPDIFF_CHROMIUM", "/usr/bin/chromium")
-if not Path(CHROMIUM).exists():
-    pytest.skip(f"{CHROMIUM} missing (run .ci/install-browser)", allow_module_level=True)
-
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
 # long module paths, as deep models have them: the layout must wrap them, not widen the page
 DEEP = "model.encoder.layers.17.self_attention_block.multi_head_attention_with_rotary_embeddings"
 CULPRIT = f"{DEEP}.softmax_in_half_precision"
