@@ -10,7 +10,10 @@ Statistics on dumps say where an error *appears*; patching says what *causes* it
    at the model output within the noise tolerance; each culprit is shown to be needed (leaving it out
    keeps the divergence) and golden given that culprit's target output diverges (breakage test);
 3. searches further when the localised set does not repair: modules are added by decreasing local
-   error until it does (a bounded number of runs).
+   error until it does (a bounded number of runs);
+4. goes down to ops: inside each culprit module whose own code runs several ops (an attention written
+   inline, a parent's code between its children), the ops are localised and repaired the same way, the
+   other culprits staying patched; when no set of modules repairs the output, the root's own ops are tried.
 
 Framework-neutral (no torch import): the Patcher does the running.
 """
@@ -41,8 +44,13 @@ class Patcher(Protocol):
         """Model-output error against golden when `into`'s modules `patched` return the other side's outputs."""
         ...
 
-    def local_errors(self) -> dict[str, tuple[float, str | None]]:
-        """Per module, the error of its own output when every module returns golden's (and its output dtype)."""
+    def local_errors(self, scopes: set[str] | None = None) -> dict[str, tuple[float, str | None]]:
+        """Per module, the error of its own output when every module returns golden's (and its output dtype);
+        with `scopes`, per own op of those modules instead (op keys "module/aten.x#k")."""
+        ...
+
+    def ops_of(self, module: str) -> list[str]:
+        """The op keys of `module`'s own code (outside its children) that both runs ran."""
         ...
 
 
@@ -54,6 +62,11 @@ class PatchCulprit(_JsonForm):
     local_error: float | None  # its own output's error on golden's values
     error_without: float | None = None  # target, every other culprit patched but not this one
     error_golden_broken: float | None = None  # golden with this module's target output
+    op: str | None = None  # the first op of the module's own code the repair needs ("aten.mul.Tensor#2")
+    ops: list[str] = field(default_factory=list)  # every op needed, when the search went down to ops
+    error_after_ops: float | None = None  # model-output error with those ops patched instead of the module
+
+    OPTIONAL = frozenset({"op", "ops", "error_after_ops"})
 
 
 @dataclass
@@ -115,22 +128,39 @@ def is_within(module: str, other: str) -> bool:
 
 
 def localise(patcher: Patcher, floor: float = 1.0) -> tuple[list[str], dict[str, float]]:
-    """Modules whose own output is off beyond noise on golden's values, in execution order; all local errors."""
+    """Modules whose own output is off beyond noise on golden's values, in execution order; all local errors.
+    A module whose *inputs* were already off in that run (made by its parent's own code, between the
+    children, which no module patch replaces) is not to blame for them: its parent is flagged instead."""
     local = patcher.local_errors()
     errs = {m: e for m, (e, _) in local.items()}
-    flagged = [m for m in patcher.modules() if m in local
-               and local[m][0] > SIGNIFICANT * floor * max(unit(local[m][1]), unit("float32"))]
+    order = patcher.modules()
+    inputs = getattr(patcher, "input_errors", {})
+
+    def off(m: str, err: float) -> bool:
+        return err > SIGNIFICANT * floor * max(unit(local[m][1]), unit("float32"))
+    flagged: list[str] = []
+    for m in order:
+        if m not in local or not off(m, local[m][0]):
+            continue
+        blamed = m.rpartition(".")[0] if off(m, inputs.get(m, 0.0)) else m
+        if blamed not in flagged:
+            flagged.append(blamed)
+    if "" in flagged:  # the root's own code: not a module patch can repair (its ops are searched instead)
+        flagged.remove("")
+    errs.update({p: max(errs.get(p, 0.0), errs[m]) for m in order if m in errs and off(m, inputs.get(m, 0.0))
+                 and (p := m.rpartition(".")[0])})
     return flagged, errs
 
 
-def _needed(runs: _Runs, flagged: list[str], tol: float) -> list[str]:
+def _needed(runs: _Runs, flagged: list[str], tol: float, base: frozenset[str] = frozenset()) -> list[str]:
     """Drop culprits whose repair is not needed (latest first: an earlier cause outranks what it feeds).
     A culprit is needed when leaving it unpatched keeps the error above the noise (or, for a low-precision
-    target whose own rounding exceeds it, clearly above what the full repair leaves)."""
+    target whose own rounding exceeds it, clearly above what the full repair leaves). `base`: units kept
+    patched throughout (the other culprits, in an op search)."""
     keep = list(flagged)
-    bar = max(tol, NEEDED * runs.error(frozenset(keep)))
+    bar = max(tol, NEEDED * runs.error(base | frozenset(keep)))
     for m in reversed(flagged):
-        if len(keep) > 1 and runs.error(frozenset(keep) - {m}) <= bar:
+        if len(keep) > 1 and runs.error(base | (frozenset(keep) - {m})) <= bar:
             keep.remove(m)
     return keep
 
@@ -153,29 +183,85 @@ def _widen(runs: _Runs, patcher: Patcher, start: list[str], local: dict[str, flo
 
 def prove(patcher: Patcher, noise: dict[str, Any], statistical: str | None = None,
           max_runs: int = MAX_RUNS) -> PatchProof:
-    """Localise, repair, and show each culprit needed; see the module docstring."""
+    """Localise, repair, show each culprit needed, then go down to ops; see the module docstring."""
     tol = tolerance(noise)
+    floor = float(noise.get("floor_units", 1.0) or 1.0)
     runs = _Runs(patcher, max_runs)
     proof = PatchProof("agrees", tolerance=tol, statistical_culprit=statistical)
     try:
         proof.error_before = runs.error(frozenset())
-        flagged, local = localise(patcher, float(noise.get("floor_units", 1.0) or 1.0))
+        flagged, local = localise(patcher, floor)
         if proof.error_before <= tol and not flagged:
             proof.reason = "the model outputs agree within the noise tolerance and no module errs on golden's values"
             return proof
         culprits = _repair(runs, patcher, flagged, local, tol, proof.error_before)
+        if culprits is None and proof.error_before > tol:
+            culprits = _root_ops(runs, patcher, tol, floor)
         if culprits is None:
             proof.status = "not-found"
             proof.reason = (f"no set of at most {MAX_CULPRITS} modules whose golden outputs repair the model output "
                             "(the error is spread over many modules, or made outside any module)")
             return proof
         _explain(runs, proof, culprits, local, tol)
+        _down_to_ops(runs, patcher, proof, tol, floor)
     except _Budget:
         proof.status = "not-found"
         proof.reason = f"the search stopped after {max_runs} re-runs"
     finally:
         proof.runs = runs.count
     return proof
+
+
+def _op_search(runs: _Runs, patcher: Patcher, scope: str, base: frozenset[str], bar: float, tol: float,
+               floor: float) -> list[str] | None:
+    """The ops of `scope`'s own code whose golden outputs (with `base` patched too) bring the model-output
+    error to `bar` or below: those off beyond noise on golden's values, widened by local error if need be."""
+    ops = patcher.ops_of(scope)
+    if len(ops) < 2:
+        return ops if ops and scope else None  # a module running one op: that op is the culprit
+    runs.count += 3  # recording both sides' ops, and the localisation run
+    local = patcher.local_errors({scope})
+    flagged = [k for k in ops if k in local and local[k][0] > SIGNIFICANT * floor * max(unit(local[k][1]), unit("float32"))]
+    chosen: list[str] | None = None
+    if flagged and runs.error(base | frozenset(flagged)) <= bar:
+        chosen = flagged
+    else:
+        chosen = list(flagged)
+        rest = sorted((k for k in ops if k not in flagged and local.get(k, (0.0, None))[0] > 0),
+                      key=lambda k: (-local[k][0], ops.index(k)))
+        for k in rest[:2 * MAX_CULPRITS]:
+            chosen.append(k)
+            if runs.error(base | frozenset(chosen)) <= bar:
+                break
+        else:
+            return None
+        chosen.sort(key=ops.index)
+    return _needed(runs, chosen, tol, base)
+
+
+def _root_ops(runs: _Runs, patcher: Patcher, tol: float, floor: float) -> list[str] | None:
+    """When no set of modules repairs the output: the root's own ops (code of the model's forward between
+    its children), each op a culprit unit."""
+    found = _op_search(runs, patcher, "", frozenset(), tol, tol, floor)
+    return found if found and len(found) <= MAX_CULPRITS else None
+
+
+def _down_to_ops(runs: _Runs, patcher: Patcher, proof: PatchProof, tol: float, floor: float) -> None:
+    """For each module culprit, the ops of its own code the repair needs, the other culprits staying patched."""
+    units = [c.module for c in proof.culprits]
+    bar = max(tol, NEEDED * (proof.error_after or 0.0))
+    for c, u in zip(proof.culprits, units):
+        if c.op is not None:
+            continue
+        base = frozenset(units) - {u}
+        try:
+            ops = _op_search(runs, patcher, u, base, bar, tol, floor)
+        except _Budget:
+            return
+        if ops:
+            c.ops = [k.partition("/")[2] for k in ops]
+            c.op = c.ops[0]
+            c.error_after_ops = runs.error(base | frozenset(ops))
 
 
 def _repair(runs: _Runs, patcher: Patcher, flagged: list[str], local: dict[str, float], tol: float,
@@ -196,17 +282,20 @@ def _repair(runs: _Runs, patcher: Patcher, flagged: list[str], local: dict[str, 
 def _explain(runs: _Runs, proof: PatchProof, culprits: list[str], local: dict[str, float], tol: float) -> None:
     proof.error_after = runs.error(frozenset(culprits))
     for m in culprits:
-        c = PatchCulprit(m, local.get(m))
+        c = PatchCulprit(m.partition("/")[0], local.get(m))
+        if "/" in m:  # an op of the root's own code
+            c.op = m.partition("/")[2]
+            c.ops = [c.op]
         c.error_without = runs.error(frozenset(culprits) - {m}) if len(culprits) > 1 else proof.error_before
         c.error_golden_broken = runs.error(frozenset({m}), into="golden")
         proof.culprits.append(c)
     proof.status = "found"
     st = proof.statistical_culprit
     if st is not None:
-        proof.agrees_with_statistics = any(is_within(m, st) or is_within(st, m) for m in culprits if m)
+        proof.agrees_with_statistics = any(is_within(m, st) or is_within(st, m) for m in culprits if m and "/" not in m)
         if proof.agrees_with_statistics:
             proof.status = "confirmed"
-    names = ", ".join(culprits)
+    names = ", ".join(m or "<root>" for m in culprits)
     proof.reason = (f"replacing the output of {names} by golden's brings the model-output error from "
                     f"{_fmt(proof.error_before)} to {_fmt(proof.error_after)} (tolerance {_fmt(tol)})")
 
@@ -232,7 +321,8 @@ def apply(diag: Any, proof: PatchProof, graph: Any = None) -> None:
               + f" (the dumps' statistics alone said {was})")
     prior = diag.culprit
     diag.verdict = "fault"
-    diag.culprit = Culprit(module=first, op=node.op if node else "", node=node.name if node else first,
+    op = proof.culprits[0].op.rpartition("#")[0] if proof.culprits[0].op else (node.op if node else "")
+    diag.culprit = Culprit(module=first, op=op, node=node.name if node else first,
                            level=node.level if node else "module", golden_node=node.golden if node else None,
                            reason=reason, how="patch", direction="forward")
     diag.summary = f"{first or '<root>'} is the culprit: {reason}"
