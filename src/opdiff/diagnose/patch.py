@@ -65,8 +65,9 @@ class PatchCulprit(_JsonForm):
     op: str | None = None  # the first op of the module's own code the repair needs ("aten.mul.Tensor#2")
     ops: list[str] = field(default_factory=list)  # every op needed, when the search went down to ops
     error_after_ops: float | None = None  # model-output error with those ops patched instead of the module
+    inserted_ops: list[str] = field(default_factory=list)  # ops of the target's own code golden does not run
 
-    OPTIONAL = frozenset({"op", "ops", "error_after_ops"})
+    OPTIONAL = frozenset({"op", "ops", "error_after_ops", "inserted_ops"})
 
 
 @dataclass
@@ -204,6 +205,7 @@ def prove(patcher: Patcher, noise: dict[str, Any], statistical: str | None = Non
             return proof
         _explain(runs, proof, culprits, local, tol)
         _down_to_ops(runs, patcher, proof, tol, floor)
+        _agree(proof)
     except _Budget:
         proof.status = "not-found"
         proof.reason = f"the search stopped after {max_runs} re-runs"
@@ -262,6 +264,9 @@ def _down_to_ops(runs: _Runs, patcher: Patcher, proof: PatchProof, tol: float, f
             c.ops = [k.partition("/")[2] for k in ops]
             c.op = c.ops[0]
             c.error_after_ops = runs.error(base | frozenset(ops))
+        else:  # no op of golden's to patch with: name what the target runs instead (shown, not proven)
+            inserted = getattr(patcher, "inserted_ops", None)
+            c.inserted_ops = list(inserted(u)) if inserted is not None else []
 
 
 def _repair(runs: _Runs, patcher: Patcher, flagged: list[str], local: dict[str, float], tol: float,
@@ -290,14 +295,25 @@ def _explain(runs: _Runs, proof: PatchProof, culprits: list[str], local: dict[st
         c.error_golden_broken = runs.error(frozenset({m}), into="golden")
         proof.culprits.append(c)
     proof.status = "found"
-    st = proof.statistical_culprit
-    if st is not None:
-        proof.agrees_with_statistics = any(is_within(m, st) or is_within(st, m) for m in culprits if m and "/" not in m)
-        if proof.agrees_with_statistics:
-            proof.status = "confirmed"
     names = ", ".join(m or "<root>" for m in culprits)
     proof.reason = (f"replacing the output of {names} by golden's brings the model-output error from "
                     f"{_fmt(proof.error_before)} to {_fmt(proof.error_after)} (tolerance {_fmt(tol)})")
+
+
+def _agree(proof: PatchProof) -> None:
+    """`confirmed` when a culprit patching needs is the statistics' culprit, lies inside it, or contains it —
+    unless the culprit's fault is in its own ops (outside its children), and the statistics named a child."""
+    st = proof.statistical_culprit
+    if st is None:
+        return
+
+    def agrees(c: PatchCulprit) -> bool:
+        if c.module == st or is_within(c.module, st) and c.module:
+            return True
+        return bool(c.module) and is_within(st, c.module) and not (c.ops or c.inserted_ops)
+    proof.agrees_with_statistics = any(agrees(c) for c in proof.culprits)
+    if proof.agrees_with_statistics:
+        proof.status = "confirmed"
 
 
 def _fmt(x: float | None) -> str:
@@ -321,7 +337,8 @@ def apply(diag: Any, proof: PatchProof, graph: Any = None) -> None:
               + f" (the dumps' statistics alone said {was})")
     prior = diag.culprit
     diag.verdict = "fault"
-    op = proof.culprits[0].op.rpartition("#")[0] if proof.culprits[0].op else (node.op if node else "")
+    named = proof.culprits[0].op or next(iter(proof.culprits[0].inserted_ops), None)
+    op = named.rpartition("#")[0] if named else (node.op if node else "")
     diag.culprit = Culprit(module=first, op=op, node=node.name if node else first,
                            level=node.level if node else "module", golden_node=node.golden if node else None,
                            reason=reason, how="patch", direction="forward")

@@ -127,6 +127,8 @@ def confirmation_lines(d: Diagnosis) -> list[str]:
              f" -> {fmt(doc.get('error_after'), 3)} (tolerance {fmt(doc.get('tolerance'), 3)}, {doc.get('runs')} re-runs)"]
     for cu in doc.get("culprits", []):
         op = f" op {cu['op']}" if cu.get("op") else ""
+        if not op and cu.get("inserted_ops"):
+            op = f" (its own code runs {', '.join(cu['inserted_ops'])}, which golden's does not)"
         lines.append(f"  needed: {safe(cu.get('module') or '<root>')}{safe(op)} — error without it "
                      f"{fmt(cu.get('error_without'), 3)}, golden given its output {fmt(cu.get('error_golden_broken'), 3)}")
     if not doc.get("culprits") and doc.get("reason"):

@@ -258,6 +258,11 @@ class TorchPatcher:
         self.record_ops({module})
         return [k for k in self.ops["golden"] if op_scope(k) == module and k in self.ops["target"]]
 
+    def inserted_ops(self, module: str) -> list[str]:
+        """Ops of the target's own code in `module` that golden's does not run (they cannot be patched)."""
+        self.record_ops({module})
+        return [k.partition("/")[2] for k in self.ops["target"] if op_scope(k) == module and k not in self.ops["golden"]]
+
     def error(self, patched: frozenset[str], into: str = "target") -> float:
         """Model-output error against golden's plain run when `into`'s modules (or ops) `patched` return the
         other side's outputs (into="target": does the repair remove it; into="golden": does the breakage make it)."""
