@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -35,15 +34,17 @@ def _proof(d) -> dict:
     return doc
 
 
-def test_op_inside_inline_attention_is_found_by_op_bisection(tmp_path):
-    golden, target, inputs = _eager_gpt2()
-    target.transformer.h[1].attn.scaling *= 1.05  # the q.k^T scale, one mul among the attention's own ops
-    d = opdiff.diagnose_models(golden, target, inputs, tmp_path / "r")
+def test_op_inside_a_leaf_norm_is_found_by_op_bisection(tmp_path):
+    golden, inputs = zoo.build("llama")
+    target = copy.deepcopy(golden)
+    norm = target.model.layers[1].post_attention_layernorm
+    norm.variance_epsilon = 1e-2  # RMSNorm's own code: pow, mean, add(eps), rsqrt, mul, mul
+    d = opdiff.diagnose_models(golden, target, inputs, tmp_path / "r", replay=False)
     proof = _proof(d)
-    assert d.verdict == "fault" and proof["status"] in ("confirmed", "found")
+    assert d.verdict == "fault" and proof["status"] == "confirmed"
     [c] = proof["culprits"]
-    assert c["module"] == "transformer.h.1.attn"
-    assert c["op"] == "aten.mul.Tensor#0" and c["ops"] == ["aten.mul.Tensor#0"]
+    assert c["module"] == "model.layers.1.post_attention_layernorm"
+    assert c["ops"] == ["aten.add.Tensor#0"], "the variance + eps add, of the norm's several ops"
     assert c["error_after_ops"] <= proof["tolerance"] < proof["error_before"]
 
 
@@ -94,28 +95,15 @@ def test_benign_sdpa_target_is_not_confirmed_as_a_fault(tmp_path):
     assert proof["status"] == "agrees" and proof["culprits"] == []
 
 
-SCRIPT = """
-    from opdiff.testing import faults
-    SIZE = {"layers": 4, "width": 64}
-
-    def golden(capture):
-        g, inputs, _, _ = faults.build_pair("gpt2", "norm_eps", 2, **SIZE)
-        with capture(g):
-            faults.run(g, inputs)
-
-    def target(capture):
-        _, _, t, inj = faults.build_pair("gpt2", "norm_eps", 2, **SIZE)
-        with capture(t):
-            faults.run(t, inj.inputs, inj)
-"""
+def _readme_pair() -> str:
+    """README's pair.py (the `<!-- file: pair.py -->` block): a GPT-2 whose inline attention scale is 5 % off."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    return text.split("<!-- file: pair.py -->\n```python\n", 1)[1].split("```", 1)[0]
 
 
-def test_hunt_cli_confirms_by_patching_in_its_json(tmp_path):
-    from opdiff.testing import faults
-
-    inj = faults.build_pair("gpt2", "norm_eps", 2, layers=4, width=64)[3]
+def test_hunt_cli_confirms_by_patching_down_to_the_op_in_its_json(tmp_path):
     script = tmp_path / "pair.py"
-    script.write_text(textwrap.dedent(SCRIPT))
+    script.write_text(_readme_pair())
     env = {**os.environ, "PYTHONPATH": SRC}
     p = subprocess.run([sys.executable, "-m", "opdiff", "hunt", f"{script}:golden", f"{script}:target", "-o",
                         str(tmp_path / "o"), "--no-replay", "--json"], capture_output=True, text=True, env=env,
@@ -124,7 +112,8 @@ def test_hunt_cli_confirms_by_patching_in_its_json(tmp_path):
     doc = json.loads(p.stdout)
     proof = doc["confirmation"]
     assert proof["method"] == "patch" and proof["status"] == "confirmed"
-    assert [c["module"] for c in proof["culprits"]] == [inj.module] == [doc["culprit"]["module"]]
+    assert [(c["module"], c["op"]) for c in proof["culprits"]] == [("transformer.h.1.attn", "aten.mul.Tensor#0")]
+    assert doc["culprit"]["module"] == "transformer.h.1.attn"
     assert proof["error_after"] <= proof["tolerance"] < proof["error_before"]
     assert json.loads((tmp_path / "o" / "diagnosis.json").read_text())["confirmation"] == proof
     assert json.loads((tmp_path / "o" / "hunt.json").read_text())["confirmation"] == proof
