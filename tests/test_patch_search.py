@@ -117,3 +117,35 @@ def test_hunt_cli_confirms_by_patching_down_to_the_op_in_its_json(tmp_path):
     assert proof["error_after"] <= proof["tolerance"] < proof["error_before"]
     assert json.loads((tmp_path / "o" / "diagnosis.json").read_text())["confirmation"] == proof
     assert json.loads((tmp_path / "o" / "hunt.json").read_text())["confirmation"] == proof
+
+
+def test_a_module_writing_into_its_input_is_the_culprit_not_its_parent(tmp_path):
+    golden, inputs = zoo.build("gpt2")
+    target = copy.deepcopy(golden)
+    ln = target.transformer.h[1].ln_1
+    forward = ln.forward
+
+    def bad(x):
+        y = forward(x)
+        x.mul_(0.99)  # the in-place bug: scales the residual stream it was handed; its own output is right
+        return y
+    ln.forward = bad
+    d = opdiff.diagnose_models(golden, target, inputs, tmp_path / "r", replay=False)
+    proof = _proof(d)
+    [c] = proof["culprits"]
+    assert c["module"] == "transformer.h.1.ln_1" == d.culprit.module
+    assert c["inserted_ops"] == ["aten.mul_.Tensor#0"]
+    assert proof["error_after"] <= proof["tolerance"] < proof["error_before"]
+
+
+def _tiny(capture, autocast: bool) -> None:
+    model, inputs = zoo.build("gpt2", seed=0, layers=2, width=32, heads=2, seq=8, batch=2, vocab=64)
+    with capture(model), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        model(**inputs)
+
+
+def test_benign_bf16_autocast_in_hunt_is_not_turned_into_a_fault_by_patching(tmp_path):
+    res = opdiff.hunt(lambda c: _tiny(c, False), lambda c: _tiny(c, True), tmp_path / "h", replay=False)
+    proof = res.to_json()["confirmation"]
+    assert proof["method"] == "patch" and proof["status"] == "agrees", proof
+    assert res.verdict in ("pass", "drift")

@@ -128,7 +128,14 @@ def is_within(module: str, other: str) -> bool:
     return not other or module == other or module.startswith(other + ".")
 
 
-def localise(patcher: Patcher, floor: float = 1.0) -> tuple[list[str], dict[str, float]]:
+def significant(dtype: str | None, floor: float, run_unit: float) -> float:
+    """The local error beyond which a module's (or op's) own output is off: SIGNIFICANT x floor rounding units
+    of its dtype, or of the run's precision when coarser (under autocast a module's fp32 output is computed
+    from values the run rounded to bf16)."""
+    return SIGNIFICANT * floor * max(unit(dtype), unit("float32"), run_unit)
+
+
+def localise(patcher: Patcher, floor: float = 1.0, run_unit: float = 0.0) -> tuple[list[str], dict[str, float]]:
     """Modules whose own output is off beyond noise on golden's values, in execution order; all local errors.
     A module whose *inputs* were already off in that run (made by its parent's own code, between the
     children, which no module patch replaces) is not to blame for them: its parent is flagged instead."""
@@ -138,7 +145,7 @@ def localise(patcher: Patcher, floor: float = 1.0) -> tuple[list[str], dict[str,
     inputs = getattr(patcher, "input_errors", {})
 
     def off(m: str, err: float) -> bool:
-        return err > SIGNIFICANT * floor * max(unit(local[m][1]), unit("float32"))
+        return err > significant(local[m][1], floor, run_unit)
     flagged: list[str] = []
     for m in order:
         if m not in local or not off(m, local[m][0]):
@@ -187,24 +194,25 @@ def prove(patcher: Patcher, noise: dict[str, Any], statistical: str | None = Non
     """Localise, repair, show each culprit needed, then go down to ops; see the module docstring."""
     tol = tolerance(noise)
     floor = float(noise.get("floor_units", 1.0) or 1.0)
+    run_unit = float(noise.get("run_unit", 0.0) or 0.0)
     runs = _Runs(patcher, max_runs)
     proof = PatchProof("agrees", tolerance=tol, statistical_culprit=statistical)
     try:
         proof.error_before = runs.error(frozenset())
-        flagged, local = localise(patcher, floor)
+        flagged, local = localise(patcher, floor, run_unit)
         if proof.error_before <= tol and not flagged:
             proof.reason = "the model outputs agree within the noise tolerance and no module errs on golden's values"
             return proof
         culprits = _repair(runs, patcher, flagged, local, tol, proof.error_before)
         if culprits is None and proof.error_before > tol:
-            culprits = _root_ops(runs, patcher, tol, floor)
+            culprits = _root_ops(runs, patcher, tol, floor, run_unit)
         if culprits is None:
             proof.status = "not-found"
             proof.reason = (f"no set of at most {MAX_CULPRITS} modules whose golden outputs repair the model output "
                             "(the error is spread over many modules, or made outside any module)")
             return proof
         _explain(runs, proof, culprits, local, tol)
-        _down_to_ops(runs, patcher, proof, tol, floor)
+        _down_to_ops(runs, patcher, proof, tol, floor, run_unit)
         _agree(proof)
     except _Budget:
         proof.status = "not-found"
@@ -215,15 +223,15 @@ def prove(patcher: Patcher, noise: dict[str, Any], statistical: str | None = Non
 
 
 def _op_search(runs: _Runs, patcher: Patcher, scope: str, base: frozenset[str], bar: float, tol: float,
-               floor: float) -> list[str] | None:
+               floor: float, run_unit: float) -> list[str] | None:
     """The ops of `scope`'s own code whose golden outputs (with `base` patched too) bring the model-output
     error to `bar` or below: those off beyond noise on golden's values, widened by local error if need be."""
     ops = patcher.ops_of(scope)
-    if len(ops) < 2:
-        return ops if ops and scope else None  # a module running one op: that op is the culprit
+    if len(ops) < 2:  # a module running one op of golden's: that op, if patching it repairs as the module did
+        return ops if ops and scope and runs.error(base | frozenset(ops)) <= bar else None
     runs.count += 3  # recording both sides' ops, and the localisation run
     local = patcher.local_errors({scope})
-    flagged = [k for k in ops if k in local and local[k][0] > SIGNIFICANT * floor * max(unit(local[k][1]), unit("float32"))]
+    flagged = [k for k in ops if k in local and local[k][0] > significant(local[k][1], floor, run_unit)]
     chosen: list[str] | None = None
     if flagged and runs.error(base | frozenset(flagged)) <= bar:
         chosen = flagged
@@ -241,14 +249,14 @@ def _op_search(runs: _Runs, patcher: Patcher, scope: str, base: frozenset[str], 
     return _needed(runs, chosen, tol, base)
 
 
-def _root_ops(runs: _Runs, patcher: Patcher, tol: float, floor: float) -> list[str] | None:
+def _root_ops(runs: _Runs, patcher: Patcher, tol: float, floor: float, run_unit: float) -> list[str] | None:
     """When no set of modules repairs the output: the root's own ops (code of the model's forward between
     its children), each op a culprit unit."""
-    found = _op_search(runs, patcher, "", frozenset(), tol, tol, floor)
+    found = _op_search(runs, patcher, "", frozenset(), tol, tol, floor, run_unit)
     return found if found and len(found) <= MAX_CULPRITS else None
 
 
-def _down_to_ops(runs: _Runs, patcher: Patcher, proof: PatchProof, tol: float, floor: float) -> None:
+def _down_to_ops(runs: _Runs, patcher: Patcher, proof: PatchProof, tol: float, floor: float, run_unit: float) -> None:
     """For each module culprit, the ops of its own code the repair needs, the other culprits staying patched."""
     units = [c.module for c in proof.culprits]
     bar = max(tol, NEEDED * (proof.error_after or 0.0))
@@ -257,7 +265,7 @@ def _down_to_ops(runs: _Runs, patcher: Patcher, proof: PatchProof, tol: float, f
             continue
         base = frozenset(units) - {u}
         try:
-            ops = _op_search(runs, patcher, u, base, bar, tol, floor)
+            ops = _op_search(runs, patcher, u, base, bar, tol, floor, run_unit)
         except _Budget:
             return
         if ops:
@@ -321,24 +329,30 @@ def _fmt(x: float | None) -> str:
 
 
 def apply(diag: Any, proof: PatchProof, graph: Any = None) -> None:
-    """Attach the proof to a Diagnosis; when patching finds culprits the statistics missed (a pass, a drift,
-    another module), the verdict becomes a fault at the first culprit in execution order."""
+    """Attach the proof to a Diagnosis. When patching finds culprits the statistics missed (a pass, a drift,
+    another module), the verdict becomes a fault at the first culprit in execution order; when it confirms
+    the statistics' culprit but proves a module inside it, the culprit is narrowed to that module."""
     diag.patch = proof
-    if proof.status != "found" or not proof.culprits or diag.verdict in ("inputs-differ", "overflow"):
+    if not proof.culprits or diag.verdict in ("inputs-differ", "overflow"):
+        return
+    first = proof.culprits[0].module
+    prior = diag.culprit
+    narrows = (proof.status == "confirmed" and prior is not None and bool(first) and first != prior.module
+               and is_within(first, prior.module))
+    if proof.status != "found" and not narrows:
         return
     from .types import Candidate, Culprit
 
-    first = proof.culprits[0].module
-    was = f"{diag.verdict}" + (f" at {diag.culprit.module or '<root>'}" if diag.culprit is not None else "")
+    was = f"{diag.verdict}" + (f" at {prior.module or '<root>'}" if prior is not None else "")
     nid = graph.owner.get(first) if graph is not None else None
     node = graph.nodes[nid] if nid is not None else None
     others = [c.module for c in proof.culprits[1:]]
+    said = "narrowed from" if narrows else "alone said"
     reason = (f"patching proves it: {proof.reason}" + (f"; {', '.join(others)} also needed" if others else "")
-              + f" (the dumps' statistics alone said {was})")
-    prior = diag.culprit
-    diag.verdict = "fault"
+              + f" (the dumps' statistics {said} {was})")
     named = proof.culprits[0].op or next(iter(proof.culprits[0].inserted_ops), None)
     op = named.rpartition("#")[0] if named else (node.op if node else "")
+    diag.verdict = "fault"
     diag.culprit = Culprit(module=first, op=op, node=node.name if node else first,
                            level=node.level if node else "module", golden_node=node.golden if node else None,
                            reason=reason, how="patch", direction="forward")
@@ -346,8 +360,9 @@ def apply(diag: Any, proof: PatchProof, graph: Any = None) -> None:
     cands = [Candidate(rank=i + 1, node=c.module, module=c.module, op="", level="module", reason="patch culprit",
                        score=c.local_error) for i, c in enumerate(proof.culprits)]
     if prior is not None:
+        why = "the statistics' culprit, which contains it" if narrows else "the statistics' culprit, which patching did not need"
         cands.append(Candidate(rank=len(cands) + 1, node=prior.node, module=prior.module, op=prior.op, level=prior.level,
-                               reason="the statistics' culprit, which patching did not need"))
+                               reason=why))
     diag.candidates = cands + [c for c in diag.candidates if c.module not in {x.module for x in cands}][:8]
     diag.advice = (f"Compare {first or 'the model'}'s code and settings with golden's"
                    + (f", and those of {', '.join(others)}" if others else "") + ".")

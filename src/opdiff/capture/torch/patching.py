@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .patch_inputs import Mutations, Seen, changed, expected, put, watch
 from .patch_ops import OpHook, is_op_key, op_scope, own_ops
 from .preserve import _rng_state, _set_rng_state, preserved
 
@@ -192,7 +193,8 @@ class TorchPatcher:
         self.op_scopes: set[str] = set()  # modules whose own ops are recorded
         self.outputs: dict[str, Any] = {}
         self.golden_inputs: Outputs = {}  # module path -> its (args, kwargs), one per call
-        self.input_errors: dict[str, float] = {}  # per module, its inputs' error in local_errors' run
+        self.input_errors: dict[str, float] = {}
+        self.mutations: dict[str, Mutations] = {"golden": {}, "target": {}}  # in-place writes to module inputs  # per module, its inputs' error in local_errors' run
         for side in ("golden", "target"):
             self.recorded[side], self.outputs[side] = self._record(side)
 
@@ -205,7 +207,8 @@ class TorchPatcher:
 
     def _run(self, side: str, hooks: ModuleHook | None = None, paths: set[str] | None = None,
              scopes: set[str] | None = None, op_hook: OpHook | None = None,
-             pre: Callable[[str, Any], None] | None = None) -> list[Any]:
+             pre: Callable[[str, Any], None] | None = None, seen: Seen | None = None,
+             watched: set[str] | None = None) -> list[Any]:
         """One run of `side` with module hooks on `paths` and op hooks in `scopes`; the root's outputs."""
         root: list[Any] = []
 
@@ -214,6 +217,8 @@ class TorchPatcher:
             with ExitStack() as stack:
                 if pre is not None:
                     stack.enter_context(_pre_hooks(model, pre))
+                if seen is not None:
+                    stack.enter_context(watch(model, watched, seen))
                 if hooks is not None:
                     stack.enter_context(_hooks(model, hooks, paths))
                 if scopes and op_hook is not None:
@@ -233,7 +238,12 @@ class TorchPatcher:
 
         def keep_inputs(path: str, args: Any) -> None:
             self.golden_inputs.setdefault(path, []).append(remap(args, _detached))
-        out = self._run(side, keep, pre=keep_inputs if side == "golden" else None)
+
+        def writes(path: str, k: int, now: list[torch.Tensor], before: list[torch.Tensor]) -> None:
+            c = changed(now, before)
+            if c:
+                self.mutations[side].setdefault(path, {})[k] = c
+        out = self._run(side, keep, pre=keep_inputs if side == "golden" else None, seen=writes)
         return rec, out
 
     def record_ops(self, scopes: set[str]) -> None:
@@ -272,8 +282,11 @@ class TorchPatcher:
         modules = {u for u in patched if not is_op_key(u)}
         ops = {u for u in patched if is_op_key(u)}
         self.record_ops({op_scope(u) for u in ops})
+        def writes(path: str, k: int, now: list[torch.Tensor], before: list[torch.Tensor]) -> None:
+            theirs = self.mutations[other].get(path, {}).get(k, {})
+            put(now, expected(now, before, changed(now, before), theirs))
         out = self._run(into, _replay(self.recorded[other]), modules, {op_scope(u) for u in ops},
-                        _op_replay(self.ops[other], ops))
+                        _op_replay(self.ops[other], ops), seen=writes, watched=modules)
         return output_error(self.outputs["golden"], out)
 
     def local_errors(self, scopes: set[str] | None = None) -> dict[str, tuple[float, str | None]]:
@@ -307,11 +320,20 @@ class TorchPatcher:
             have = self.golden_inputs.get(path, [])
             if k < len(have):
                 self.input_errors[path] = max(self.input_errors.get(path, 0.0), output_error(have[k], args))
+        def writes(path: str, k: int, now: list[torch.Tensor], before: list[torch.Tensor]) -> None:
+            theirs = self.mutations["golden"].get(path, {}).get(k, {})
+            want = expected(now, before, changed(now, before), theirs)
+            if want:
+                err = max(output_error(v, now[i]) for i, v in want.items())
+                if err > found.get(path, (-1.0, None))[0]:
+                    found[path] = (err, str(now[0].dtype).removeprefix("torch.") if now else None)
+                put(now, want)
         if scopes:
             self.record_ops(scopes)
         else:
             self.input_errors = {}
-        self._run("target", own, set(self.modules()), scopes, own_op if scopes else None, None if scopes else inputs)
+        self._run("target", own, set(self.modules()), scopes, own_op if scopes else None, None if scopes else inputs,
+                  seen=writes)
         return {k: v for k, v in found.items() if is_op_key(k) == bool(scopes)}
 
 
