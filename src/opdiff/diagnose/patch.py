@@ -164,11 +164,14 @@ def _needed(runs: _Runs, flagged: list[str], tol: float, base: frozenset[str] = 
     """Drop culprits whose repair is not needed (latest first: an earlier cause outranks what it feeds).
     A culprit is needed when leaving it unpatched keeps the error above the noise (or, for a low-precision
     target whose own rounding exceeds it, clearly above what the full repair leaves). `base`: units kept
-    patched throughout (the other culprits, in an op search)."""
+    patched throughout (the other culprits, in an op search). A culprit whose target output alone breaks
+    golden is kept too: a later culprit whose output is the model's (a tied lm_head reading the same wrong
+    table as the embedding) would otherwise mask every earlier one."""
     keep = list(flagged)
     bar = max(tol, NEEDED * runs.error(base | frozenset(keep)))
     for m in reversed(flagged):
-        if len(keep) > 1 and runs.error(base | (frozenset(keep) - {m})) <= bar:
+        if len(keep) > 1 and runs.error(base | (frozenset(keep) - {m})) <= bar \
+                and runs.error(frozenset({m}), into="golden") <= bar:
             keep.remove(m)
     return keep
 
