@@ -149,3 +149,14 @@ def test_benign_bf16_autocast_in_hunt_is_not_turned_into_a_fault_by_patching(tmp
     proof = res.to_json()["confirmation"]
     assert proof["method"] == "patch" and proof["status"] == "agrees", proof
     assert res.verdict in ("pass", "drift")
+
+
+def test_a_pre_hook_of_the_module_is_its_own_call_not_its_parents_code(tmp_path):
+    from opdiff.testing.sweep import archs, catalog
+
+    golden, inputs = archs.build("bert")  # padded inputs: a shifted mask changes something
+    target, _ = archs.build("bert")
+    planted = catalog.plant("mask_shifted", target, inputs)  # a forward pre-hook rolls the mask of one attention
+    d = opdiff.diagnose_models(golden, target, inputs, tmp_path / "r", replay=False)
+    proof = _proof(d)
+    assert [c["module"] for c in proof["culprits"]] == list(planted.culprits) == [d.culprit.module]

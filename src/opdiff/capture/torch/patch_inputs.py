@@ -31,24 +31,27 @@ def changed(now: list[torch.Tensor], before: list[torch.Tensor]) -> Changes:
 
 @contextmanager
 def watch(model: torch.nn.Module, paths: set[str] | None, seen: Seen) -> Iterator[None]:
-    """Calls seen(path, call, inputs_now, inputs_before) after each call of the modules `paths` (None: all but
-    the root), with copies of its floating inputs taken before the call."""
+    """Calls seen(path, call, inputs, inputs_before) after each call of the modules `paths` (None: all but the
+    root): the floating tensors its caller handed it, and copies of them taken before the call (and before
+    the module's own pre-hooks, which belong to its call)."""
     calls: dict[str, int] = {}
-    stack: dict[str, list[tuple[int, list[torch.Tensor]]]] = {}
+    stack: dict[str, list[tuple[int, list[torch.Tensor], list[torch.Tensor]]]] = {}
 
     def pre(path: str, args: Any) -> None:
         k = calls[path] = calls.get(path, -1) + 1
-        stack.setdefault(path, []).append((k, [t.detach().clone() for t in float_leaves(args)]))
+        handed = float_leaves(args)
+        stack.setdefault(path, []).append((k, handed, [t.detach().clone() for t in handed]))
 
-    def post(path: str, args: Any) -> None:
+    def post(path: str) -> None:
         if stack.get(path):
-            k, before = stack[path].pop()
-            seen(path, k, float_leaves(args), before)
+            k, handed, before = stack[path].pop()
+            seen(path, k, handed, before)
     handles = []
     for path, m in model.named_modules():
         if path and (paths is None or path in paths):
-            handles.append(m.register_forward_pre_hook(lambda _m, a, kw, p=path: pre(p, (a, kw)), with_kwargs=True))
-            handles.append(m.register_forward_hook(lambda _m, a, kw, _o, p=path: post(p, (a, kw)), with_kwargs=True))
+            handles.append(m.register_forward_pre_hook(lambda _m, a, kw, p=path: pre(p, (a, kw)), with_kwargs=True,
+                                                       prepend=True))
+            handles.append(m.register_forward_hook(lambda _m, _a, _o, p=path: post(p)))
     try:
         yield
     finally:

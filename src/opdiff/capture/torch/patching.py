@@ -112,8 +112,9 @@ Runner = Callable[[Install], None]  # runs a side once, with its model's hooks i
 
 @contextmanager
 def _pre_hooks(model: torch.nn.Module, fn: Callable[[str, Any], None]) -> Iterator[None]:
-    """Forward pre-hooks calling fn(path, (args, kwargs)) on every module but the root."""
-    handles = [m.register_forward_pre_hook(lambda _m, a, k, p=path: fn(p, (a, k)), with_kwargs=True)
+    """Forward pre-hooks calling fn(path, (args, kwargs)) on every module but the root, before the module's
+    own pre-hooks (what they change is part of the module's call, not of its inputs)."""
+    handles = [m.register_forward_pre_hook(lambda _m, a, k, p=path: fn(p, (a, k)), with_kwargs=True, prepend=True)
                for path, m in model.named_modules() if path]
     try:
         yield
