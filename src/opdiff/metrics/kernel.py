@@ -25,6 +25,7 @@ from numba.extending import intrinsic, overload
 EPS64 = float(np.finfo(np.float64).eps)  # msprobe's FLOAT_EPSILON: the relative-error guard for golden == 0
 EPS32 = float(np.finfo(np.float32).eps)  # msaccucmp's floor of the normalized KL distributions
 KL_SERIES_MAX = 1e-3  # |x| below this: log1p(x) by a 4-term series (error < 1e-16 relative)
+S_NEAR = 0.1716  # |s| = |a - b|/(a + b) up to this (a/b in [1/sqrt2, sqrt2], 3 - 2 sqrt2 = 0.17157): the KL series holds
 
 # float64 accumulator slots
 A_SUM_AD, A_SUM_D2, A_SUM_G2, A_SUM_T2, A_SUM_GT = 0, 1, 2, 3, 4
@@ -155,18 +156,64 @@ def _log_ratio_finish(e: float, s: float) -> float:
     return e * _LN2 + (s * z * q + 2.0 * s)
 
 
+@nb.njit(inline="always", fastmath=True)
+def _kl_ab(x: float, lo: float, inv: float) -> float:
+    """msaccucmp's normalized value of one element: (x - min) / (max - min), floored at eps32."""
+    a = (x - lo) * inv
+    return a if a > EPS32 else EPS32
+
+
+@nb.njit(inline="always", fastmath=True)
+def _kl_near(g: Chunk, t: Chunk, gmin: float, ginv: float, tmin: float, tinv: float
+             ) -> tuple[float, float, float, float, int]:
+    """The KL sums of a block whose ratios a/b all lie in [1/sqrt2, sqrt2] (|s| <= S_NEAR): then a - b is
+    exact (Sterbenz) and log(a/b) = 2 atanh(s) with s = (a - b)/(a + b), no exponent split. Returns
+    (A, B, S, D, elements outside that range): any makes S wrong, and the caller redoes the block."""
+    sa = sb = sl = sd = 0.0
+    far = 0
+    for i in range(g.size):
+        a = _kl_ab(np.float64(t[i]), tmin, tinv)
+        b = _kl_ab(np.float64(g[i]), gmin, ginv)
+        dd = a - b
+        sa += a
+        sb += b
+        sd += dd
+        s = dd / (a + b)
+        far += 1 if abs(s) > S_NEAR else 0
+        sl += a * _log_ratio_finish(0.0, s)
+    return sa, sb, sl, sd, far
+
+
+@nb.njit(inline="always", fastmath=True)
+def _kl_general(g: Chunk, t: Chunk, gmin: float, ginv: float, tmin: float, tinv: float
+                ) -> tuple[float, float, float, float, int]:
+    """The KL sums of any block (exponent split, _log_ratio_parts). Returns (A, B, S, D, elements whose
+    ratio a/b is outside [1/sqrt2, sqrt2]): none means the next block may try _kl_near."""
+    sa = sb = sl = sd = 0.0
+    far = 0
+    for i in range(g.size):
+        a = _kl_ab(np.float64(t[i]), tmin, tinv)
+        b = _kl_ab(np.float64(g[i]), gmin, ginv)
+        sa += a
+        sb += b
+        sd += a - b
+        e, num, sden = _log_ratio_parts(a, b)
+        far += 1 if e != 0.0 else 0
+        sl += a * _log_ratio_finish(e, num / sden)
+    return sa, sb, sl, sd, far
+
+
 @_jit_fast
-def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int, int, int, int]:
+def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64, near: bool) -> tuple[int, np.int64, int, int, int, int, int]:
     """Every sum of one block into o (accumulator slots); returns (nan/inf seen, elements that differ,
-    KL terms the arithmetic log cannot take, max |t - g|, max r and max r over |g| > eps as int64 bits). Assumes nothing:
-    the caller discards the block's sums when nan/inf were seen (fastmath makes them meaningless)."""
+    KL terms the arithmetic log cannot take, elements outside the near range (see _kl_near and
+    _kl_general), max |t - g|, max r and max r over |g| > eps as int64 bits). Assumes nothing: the
+    caller discards the block's sums when nan/inf were seen (fastmath makes them meaningless)."""
     s_ad = s_d2 = s_g2 = s_t2 = s_gt = 0.0
     s_gc = s_tc = s_gc2 = s_tc2 = 0.0
     s_rel = c1 = c5 = s_acc = 0.0
-    sa = sb = sl = sd = 0.0
     ndiff = np.int64(0)
     bad = 0
-    odd = 0
     m_ad = 0
     m_rel = 0
     m_acc = 0
@@ -208,17 +255,12 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int,
         m_acc = max(m_acc, _as_int(r) if ag > EPS64 else 0)
     # the KL terms in a second loop over the same block (in L1): one loop holding every sum runs
     # out of vector registers and is slower than the two
-    for i in range(g.size):
-        a = (np.float64(t[i]) - tmin) * tinv
-        a = a if a > EPS32 else EPS32
-        b = (np.float64(g[i]) - gmin) * ginv
-        b = b if b > EPS32 else EPS32
-        sa += a
-        sb += b
-        sd += a - b
-        odd += _is_nonfinite(a) + _is_nonfinite(b)  # the arithmetic log takes positive normal numbers only
-        e, num, sden = _log_ratio_parts(a, b)
-        sl += a * _log_ratio_finish(e, num / sden)
+    if near:
+        sa, sb, sl, sd, far = _kl_near(g, t, gmin, ginv, tmin, tinv)
+    else:
+        sa, sb, sl, sd, far = _kl_general(g, t, gmin, ginv, tmin, tinv)
+    # a or b infinite (ranges far off the data) shows in their sums: checked once, not per element
+    odd = _is_nonfinite(sa) + _is_nonfinite(sb)
     o[A_SUM_AD] = s_ad
     o[A_SUM_D2] = s_d2
     o[A_SUM_G2] = s_g2
@@ -236,7 +278,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int,
     o[A_KL_SB] = sb
     o[A_KL_SL] = sl
     o[A_KL_SD] = sd
-    return bad, ndiff, odd, m_ad, m_rel, m_acc
+    return bad, ndiff, odd, far, m_ad, m_rel, m_acc
 
 
 @nb.njit(inline="always")
@@ -269,14 +311,29 @@ def _bits(x: float) -> int:
 
 
 @_jit
+def _kl_redo(g: Chunk, t: Chunk, p: F64) -> float:
+    """S of a block the near path could not take, by the general path."""
+    return _kl_general(g, t, p[P_GMIN], p[P_GINV], p[P_TMIN], p[P_TINV])[2]
+
+
+@_jit
 def chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int) -> bool:
     """Fold one block starting at flat index `base`; False (and nothing folded) when it holds nan/inf."""
+    return _chunk_fast(g, t, p, acc, cnt, o, base, False) >= 0
+
+
+@_jit
+def _chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int, near: bool) -> int:
+    """chunk_fast, with the KL path to try (`near`): -1 when the block holds nan/inf (nothing folded),
+    else 1 when the next block should try the near path, 0 when not."""
     n = g.size
-    bad, ndiff, odd, m_ad, m_rel, m_acc = _block_fast(g, t, p, o)
+    bad, ndiff, odd, far, m_ad, m_rel, m_acc = _block_fast(g, t, p, o, near)
     if bad > 0:
-        return False
+        return -1
     if odd > 0:
         o[A_KL_SL] = _kl_far(g, t, p)
+    elif near and far > 0:
+        o[A_KL_SL] = _kl_redo(g, t, p)
     for k in range(A_MAX_AD):
         acc[k] += o[k]
     acc[A_KL_SD] += o[A_KL_SD]
@@ -295,7 +352,7 @@ def chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int
         acc[A_MAX_REL] = _as_float(m_rel)
     if m_acc > _bits(acc[A_MAX_ACC]):
         acc[A_MAX_ACC] = _as_float(m_acc)
-    return True
+    return 1 if far == 0 else 0
 
 
 @_jit
@@ -303,12 +360,16 @@ def fold(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int) -> N
     """Fold a chunk of any length in cache-sized blocks (BLOCK): one fused vectorized loop per
     block, the careful element-by-element path for blocks holding nan/inf. `o` is scratch (N_ACC)."""
     n = g.size
+    near = True  # similar tensors keep every ratio a/b near 1: the cheaper KL path, until a block says not
     for s in range(0, n, BLOCK):
         e = min(n, s + BLOCK)
         gs = g[s:e]
         ts = t[s:e]
-        if not chunk_fast(gs, ts, p, acc, cnt, o, base + s):
+        got = _chunk_fast(gs, ts, p, acc, cnt, o, base + s, near)
+        if got < 0:
             chunk_careful(gs, ts, p, acc, cnt, base + s)
+        else:
+            near = got > 0
 
 
 @_jit
