@@ -18,6 +18,8 @@ single-threaded too).
 3. The same from files in the page cache, as compare reads dumps: pair_metrics on two files
    (TensorSource path + offset: memory-mapped, chunked, pages released) against the faster of
    `np.memmap(...).sum()` and `np.fromfile(...).sum()` of both files (bytes viewed as float32).
+
+--profile instead times each part of the kernel alone (where the time goes; docs/compare.md).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import ml_dtypes
+import numba as nb
 import numpy as np
 
 from opdiff.metrics import kernel as K
@@ -127,6 +130,60 @@ def file_table(names: list[str], n: int, repeat: int, rng: np.random.Generator, 
         print(f"| {name} | {tp * 1e9 / n:.2f} | {tm * 1e9 / n:.2f} | {tf * 1e9 / n:.2f} | {min(tm, tf) / tp:.2f} |")
 
 
+@nb.njit(nogil=True, fastmath=True, error_model="numpy")  # as the kernel: no zero-division checks, sums reassociated
+def _kl_block(g: np.ndarray, t: np.ndarray, p: np.ndarray, near: bool) -> float:
+    """The kernel's KL loop alone on one block (the same inlined code _block_fast runs)."""
+    if near:
+        r = K._kl_near(g, t, p[K.P_GMIN], p[K.P_GINV], p[K.P_TMIN], p[K.P_TINV])
+    else:
+        r = K._kl_general(g, t, p[K.P_GMIN], p[K.P_GINV], p[K.P_TMIN], p[K.P_TINV])
+    return r[0] + r[1] + r[2] + r[3] + r[4]
+
+
+@nb.njit(nogil=True)
+def _kl_only(g: np.ndarray, t: np.ndarray, p: np.ndarray, near: bool) -> float:
+    """_kl_block over every block, as fold walks them."""
+    out = 0.0
+    for s in range(0, g.size, K.BLOCK):
+        out += _kl_block(g[s:s + K.BLOCK], t[s:s + K.BLOCK], p, near)
+    return out
+
+
+def profile_table(n: int, repeat: int, rng: np.random.Generator) -> None:
+    """Where the kernel's time goes, each part timed alone in CPU time against numpy's sum of the same
+    fp32 pairs: the KL loop (near and general path), the rest of the block (sums, relative errors,
+    maxima, counts: the whole fold minus the KL loop) and the fp16/bf16 upcast of one chunk per side."""
+    g = rng.standard_normal(n, dtype=np.float32)
+    near_t = (g * np.float32(1.001)).astype(np.float32)
+    far_t = rng.standard_normal(n, dtype=np.float32)
+    out = np.empty(n, np.float32)
+    bf, hf = g.astype(ml_dtypes.bfloat16), g.astype(np.float16).view(np.uint16)
+    rows: list[tuple[str, float]] = []
+    for label, t in (("near", near_t), ("general", far_t)):
+        p = np.zeros(K.N_PARAM)
+        p[K.P_GMIN], p[K.P_GINV] = g.min(), 1 / (g.max() - g.min())
+        p[K.P_TMIN], p[K.P_TINV] = t.min(), 1 / (t.max() - t.min())
+        scratch = np.zeros(K.N_ACC)
+
+        def fold(t: np.ndarray = t, p: np.ndarray = p) -> None:
+            acc, cnt = K.new_state()
+            K.fold(g, t, p, acc, cnt, scratch, 0)
+
+        whole, _ = interleaved(fold, lambda: None, repeat)
+        kl, _ = interleaved(lambda t=t, p=p, near=label == "near": _kl_only(g, t, p, near), lambda: None, repeat)
+        rows += [(f"whole kernel, {label} KL path", whole), (f"  KL loop ({label} path)", kl),
+                 ("  the rest: 9 sums, relative errors, maxima, counts, nan/inf test", whole - kl)]
+    conv_bf, conv_hf = interleaved(lambda: np.copyto(out, bf, casting="unsafe"), lambda: K.half_to_float(hf, out),
+                                   repeat)
+    rows += [("bf16 -> fp32 upcast, both sides", 2 * conv_bf), ("fp16 -> fp32 upcast, both sides", 2 * conv_hf)]
+    _, tn = interleaved(lambda: None, lambda: (g.sum(), near_t.sum()), repeat)
+    rows += [("numpy sum of both fp32 sides", tn), ("numpy sum of both bf16/fp16 sides", tn / 2)]
+    print("| part | ns/pair |")
+    print("|---|---|")
+    for label, sec in rows:
+        print(f"| {label} | {sec * 1e9 / n:.2f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--elements", type=int, default=1 << 20)
@@ -134,10 +191,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--dtypes", default="float32,bfloat16,float16")
     ap.add_argument("--dir", default=None, help="where table 3 writes its two files (default: a temporary folder)")
+    ap.add_argument("--profile", action="store_true", help="only the profile: each part of the kernel timed alone")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
     names = a.dtypes.split(",")
     print(f"one thread, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    if a.profile:
+        print(f"profile, {a.elements} pairs in memory\n")
+        profile_table(a.elements, a.repeat, rng)
+        return
     print(f"1. kernel alone, {a.elements} fp32 pairs in memory\n")
     kernel_table(a.elements, a.repeat, rng)
     print(f"\n2. pair_metrics, {a.elements} pairs in memory\n")
