@@ -3,7 +3,8 @@
 Each chunk (float32 or float64, both sides the same dtype) is folded in blocks of BLOCK elements
 into float64 accumulators by two vectorized loops per block (the sums and relative errors, then
 the KL terms; both read the block from L1), whatever the data: the KL log is computed with
-arithmetic and integer ops (no libm call, which would stop vectorization). nan/inf are found in
+arithmetic and integer ops (no libm call, which would stop vectorization), without the exponent split
+while every ratio of a block stays within sqrt2 (_kl_near: similar tensors). nan/inf are found in
 the same loop by integer tests on the bits; a block holding any is discarded and folded again by a
 careful scalar path that counts them and skips them. Maxima are taken over the int64 bit patterns
 of non-negative float64s (integer max reductions vectorize, float ones do not). All functions
