@@ -12,6 +12,9 @@ single-threaded too).
 
 1. The kernel alone (kernel.fold) on fp32 pairs in memory, identical, 1e-6, 1e-3 and 100 % apart
    (near and far pairs take different KL paths), against `g.sum(); t.sum()`: the compute ceiling.
+   1b: the same on pairs of one block each (4,096 elements, as a dump's small tensors; numpy sums each
+   slice too): similar pairs, fp32 against its bf16 rounding, a GELU output likewise (its flat minimum
+   puts elements outside the KL near path's range in every block) and independent values.
 2. pair_metrics per dtype on arrays in memory (fp16/bf16 upcast chunk by chunk to float32; the ranges
    given as compare gives them from the records' statistics) against numpy summing the same bytes
    viewed as float32. Both sides cache-resident at 2^20 elements: numpy runs at cache bandwidth.
@@ -84,6 +87,50 @@ def kernel_table(n: int, repeat: int, rng: np.random.Generator) -> None:
 
         tk, tn = interleaved(kernel, lambda: (g.sum(), t.sum()), repeat)
         print(f"| {noise:g} | {tk * 1e9 / n:.2f} | {4 * n / tk / 1e9:.2f} | {tn * 1e9 / n:.2f} | {tn / tk:.2f} |")
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return (x * 0.5 * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x**3)))).astype(np.float32)
+
+
+def block_table(n: int, repeat: int, rng: np.random.Generator) -> None:
+    """The kernel on many pairs of one block each (as a dump's small tensors), each pair with its own
+    range: the KL path is chosen per pair from its one block, so a pair that the near path refuses
+    pays for both paths."""
+    g = rng.standard_normal(n, dtype=np.float32)
+    gelu = _gelu(g)
+    kinds = {
+        "1e-3 apart": (g, (g * np.float32(1.001)).astype(np.float32)),
+        "fp32 vs the same rounded to bf16": (g, g.astype(ml_dtypes.bfloat16).astype(np.float32)),
+        "GELU output, fp32 vs rounded to bf16": (gelu, gelu.astype(ml_dtypes.bfloat16).astype(np.float32)),
+        "independent (100 % apart)": (g, rng.standard_normal(n, dtype=np.float32)),
+    }
+    print(f"| pairs of {K.BLOCK} elements | kernel ns/pair | numpy sum ns/pair (both sides) | numpy time / kernel time |")
+    print("|---|---|---|---|")
+    for label, (a, b) in kinds.items():
+        starts = range(0, n - K.BLOCK + 1, K.BLOCK)
+        params = []
+        for s in starts:
+            p = np.zeros(K.N_PARAM)
+            ga, tb = a[s:s + K.BLOCK], b[s:s + K.BLOCK]
+            p[K.P_GMIN], p[K.P_GINV] = ga.min(), 1 / (float(ga.max()) - float(ga.min()))
+            p[K.P_TMIN], p[K.P_TINV] = tb.min(), 1 / (float(tb.max()) - float(tb.min()))
+            params.append(p)
+        scratch = np.zeros(K.N_ACC)
+
+        def kernel(a: np.ndarray = a, b: np.ndarray = b, params: list = params) -> None:
+            for k, s in enumerate(starts):
+                acc, cnt = K.new_state()
+                K.fold(a[s:s + K.BLOCK], b[s:s + K.BLOCK], params[k], acc, cnt, scratch, 0)
+
+        def numpy_sum(a: np.ndarray = a, b: np.ndarray = b) -> None:
+            for s in starts:
+                a[s:s + K.BLOCK].sum()
+                b[s:s + K.BLOCK].sum()
+
+        m = len(starts) * K.BLOCK
+        tk, tn = interleaved(kernel, numpy_sum, repeat)
+        print(f"| {label} | {tk * 1e9 / m:.2f} | {tn * 1e9 / m:.2f} | {tn / tk:.2f} |")
 
 
 def memory_table(names: list[str], n: int, repeat: int, rng: np.random.Generator) -> None:
@@ -202,6 +249,8 @@ def main() -> None:
         return
     print(f"1. kernel alone, {a.elements} fp32 pairs in memory\n")
     kernel_table(a.elements, a.repeat, rng)
+    print(f"\n1b. kernel alone, {a.elements} fp32 pairs in memory as pairs of one block each\n")
+    block_table(a.elements, a.repeat, rng)
     print(f"\n2. pair_metrics, {a.elements} pairs in memory\n")
     memory_table(names, a.elements, a.repeat, rng)
     if a.file_elements:
