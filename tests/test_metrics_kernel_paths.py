@@ -51,32 +51,37 @@ def test_near_path_kl_equals_extended_precision(noise):
 
 def test_switching_between_paths_block_by_block():
     """Similar blocks, then blocks far apart (general path, the near one refused), then similar again
-    (back to the near path), and one block with a single far element in the middle of similar ones:
-    KL equals the long-double value whatever path each block took."""
+    (back to the near path), and blocks with a single far element among similar ones, inside the probe
+    (the general path at once) and after it (the block's S redone): KL equals the long-double value
+    whatever path each block took."""
     rng = np.random.default_rng(12)
     n = K.BLOCK
-    g = rng.standard_normal(7 * n).astype(np.float32)
+    g = rng.standard_normal(9 * n).astype(np.float32)
     t = g.copy()
     t[:2 * n] += (1e-3 * rng.standard_normal(2 * n)).astype(np.float32)  # near
     t[2 * n:4 * n] = rng.standard_normal(2 * n).astype(np.float32)  # far: independent values
-    t[4 * n:6 * n] += (1e-3 * rng.standard_normal(2 * n)).astype(np.float32)  # near again
-    t[6 * n + 100] = 3.0  # one element far off inside a near block: the block is redone
+    t[4 * n:] += (1e-3 * rng.standard_normal(5 * n)).astype(np.float32)  # near again
+    t[6 * n + 100] = 3.0  # one element far off inside the probe of a near block
+    t[8 * n + K.PROBE + 1000] = 3.0  # and one after the probe of another
     m = tensor_metrics(g, t)
     assert m[M.KL_DIV] == pytest.approx(kl_extended(g, t), rel=1e-9)
 
 
 def test_block_status_says_which_path_the_next_block_takes():
-    """_chunk_fast returns 1 (try near next) for a similar block, 0 for one with any ratio beyond sqrt2,
-    -1 for a block holding nan; the sums it folds are the same from either path."""
+    """_chunk_fast returns 1 (try near next) for a similar block, 0 for one with any ratio beyond sqrt2
+    (within the probe or after it), -1 for a block holding nan; the sums it folds are the same from
+    either path."""
     rng = np.random.default_rng(13)
     g = rng.standard_normal(K.BLOCK).astype(np.float32)
     near_t = (g * np.float32(1.0001)).astype(np.float32)
     far_t = rng.standard_normal(K.BLOCK).astype(np.float32)
+    late_t = near_t.copy()
+    late_t[K.PROBE + 7] = g.max()  # similar but for one element after the probe: S redone
     p = np.zeros(K.N_PARAM)
     p[K.P_GMIN], p[K.P_GINV] = g.min(), 1 / (float(g.max()) - float(g.min()))
     p[K.P_TMIN], p[K.P_TINV] = g.min(), 1 / (float(g.max()) - float(g.min()))
     o = np.zeros(K.N_ACC)
-    for t, want in ((near_t, 1), (far_t, 0)):
+    for t, want in ((near_t, 1), (far_t, 0), (late_t, 0)):
         got = []
         for near in (True, False):
             acc, cnt = K.new_state()

@@ -26,6 +26,7 @@ from numba.extending import intrinsic, overload
 EPS64 = float(np.finfo(np.float64).eps)  # msprobe's FLOAT_EPSILON: the relative-error guard for golden == 0
 EPS32 = float(np.finfo(np.float32).eps)  # msaccucmp's floor of the normalized KL distributions
 KL_SERIES_MAX = 1e-3  # |x| below this: log1p(x) by a 4-term series (error < 1e-16 relative)
+PROBE = 512  # elements of a block the KL near path tries first (see _kl_sums)
 S_NEAR = 0.1716  # |s| = |a - b|/(a + b) up to this (a/b in [1/sqrt2, sqrt2], 3 - 2 sqrt2 = 0.17157): the KL series holds
 
 # float64 accumulator slots
@@ -204,12 +205,35 @@ def _kl_general(g: Chunk, t: Chunk, gmin: float, ginv: float, tmin: float, tinv:
     return sa, sb, sl, sd, far
 
 
+@nb.njit(inline="always", fastmath=True)
+def _kl_sums(g: Chunk, t: Chunk, gmin: float, ginv: float, tmin: float, tinv: float, near: bool
+             ) -> tuple[float, float, float, float, int, bool]:
+    """The KL sums of one block by the near path when asked (`near`), else by the general one. The near
+    path first runs on the block's first PROBE elements: one outside its range there sends the whole
+    block to the general path at once (a pair far apart wastes PROBE elements of near work, not the
+    block). Returns (A, B, S, D, elements outside the near range, S valid); S is invalid only when the
+    near path met such an element after the probe (the caller then redoes S: _kl_redo)."""
+    if not near:
+        sa, sb, sl, sd, far = _kl_general(g, t, gmin, ginv, tmin, tinv)
+        return sa, sb, sl, sd, far, True
+    m = min(g.size, PROBE)
+    sa, sb, sl, sd, far = _kl_near(g[:m], t[:m], gmin, ginv, tmin, tinv)
+    if far > 0:
+        sa, sb, sl, sd, far = _kl_general(g, t, gmin, ginv, tmin, tinv)
+        return sa, sb, sl, sd, max(far, 1), True
+    if m == g.size:
+        return sa, sb, sl, sd, 0, True
+    sa2, sb2, sl2, sd2, far = _kl_near(g[m:], t[m:], gmin, ginv, tmin, tinv)
+    return sa + sa2, sb + sb2, sl + sl2, sd + sd2, far, far == 0
+
+
 @_jit_fast
-def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64, near: bool) -> tuple[int, np.int64, int, int, int, int, int]:
+def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64, near: bool
+                ) -> tuple[int, np.int64, int, int, bool, int, int, int]:
     """Every sum of one block into o (accumulator slots); returns (nan/inf seen, elements that differ,
-    KL terms the arithmetic log cannot take, elements outside the near range (see _kl_near and
-    _kl_general), max |t - g|, max r and max r over |g| > eps as int64 bits). Assumes nothing: the
-    caller discards the block's sums when nan/inf were seen (fastmath makes them meaningless)."""
+    KL terms the arithmetic log cannot take, elements outside the near range, whether the KL sum S is
+    valid (see _kl_sums), max |t - g|, max r and max r over |g| > eps as int64 bits). Assumes nothing:
+    the caller discards the block's sums when nan/inf were seen (fastmath makes them meaningless)."""
     s_ad = s_d2 = s_g2 = s_t2 = s_gt = 0.0
     s_gc = s_tc = s_gc2 = s_tc2 = 0.0
     s_rel = c1 = c5 = s_acc = 0.0
@@ -256,10 +280,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64, near: bool) -> tuple[int, np
         m_acc = max(m_acc, _as_int(r) if ag > EPS64 else 0)
     # the KL terms in a second loop over the same block (in L1): one loop holding every sum runs
     # out of vector registers and is slower than the two
-    if near:
-        sa, sb, sl, sd, far = _kl_near(g, t, gmin, ginv, tmin, tinv)
-    else:
-        sa, sb, sl, sd, far = _kl_general(g, t, gmin, ginv, tmin, tinv)
+    sa, sb, sl, sd, far, kl_ok = _kl_sums(g, t, gmin, ginv, tmin, tinv, near)
     # a or b infinite (ranges far off the data) shows in their sums: checked once, not per element
     odd = _is_nonfinite(sa) + _is_nonfinite(sb)
     o[A_SUM_AD] = s_ad
@@ -279,7 +300,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64, near: bool) -> tuple[int, np
     o[A_KL_SB] = sb
     o[A_KL_SL] = sl
     o[A_KL_SD] = sd
-    return bad, ndiff, odd, far, m_ad, m_rel, m_acc
+    return bad, ndiff, odd, far, kl_ok, m_ad, m_rel, m_acc
 
 
 @nb.njit(inline="always")
@@ -329,12 +350,12 @@ def _chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: in
     """chunk_fast, with the KL path to try (`near`): -1 when the block holds nan/inf (nothing folded),
     else 1 when the next block should try the near path, 0 when not."""
     n = g.size
-    bad, ndiff, odd, far, m_ad, m_rel, m_acc = _block_fast(g, t, p, o, near)
+    bad, ndiff, odd, far, kl_ok, m_ad, m_rel, m_acc = _block_fast(g, t, p, o, near)
     if bad > 0:
         return -1
     if odd > 0:
         o[A_KL_SL] = _kl_far(g, t, p)
-    elif near and far > 0:
+    elif not kl_ok:
         o[A_KL_SL] = _kl_redo(g, t, p)
     for k in range(A_MAX_AD):
         acc[k] += o[k]
