@@ -170,7 +170,8 @@ def _kl_near(g: Chunk, t: Chunk, gmin: float, ginv: float, tmin: float, tinv: fl
              ) -> tuple[float, float, float, float, int]:
     """The KL sums of a block whose ratios a/b all lie in [1/sqrt2, sqrt2] (|s| <= S_NEAR): then a - b is
     exact (Sterbenz) and log(a/b) = 2 atanh(s) with s = (a - b)/(a + b), no exponent split. Returns
-    (A, B, S, D, elements outside that range): any makes S wrong, and the caller redoes the block."""
+    (A, B, S, D, elements outside that range): any makes S wrong, and S is computed the general way
+    (_kl_sums)."""
     sa = sb = sl = sd = 0.0
     far = 0
     for i in range(g.size):
