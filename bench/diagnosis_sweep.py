@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -44,8 +45,12 @@ def main() -> int:
     ap.add_argument("--timeout", type=int, default=300, help="seconds per case")
     ap.add_argument("--limit", type=int, help="run at most this many cases (after selection)")
     ap.add_argument("--shuffle", type=int, metavar="SEED", help="run the cases in a seeded random order (a cut-off run is a fair sample)")
+    ap.add_argument("--patch", action="store_true",
+                    help="also confirm each case by patching (diagnose_models' proof); graded as `patch.grade` per case")
     ap.add_argument("--report-only", action="store_true", help="tabulate the cases already in --out, run nothing")
     args = ap.parse_args()
+    if args.patch:
+        os.environ["OPDIFF_SWEEP_PATCH"] = "1"  # read by the workers (testing/sweep/case.py)
 
     names = _pick(args.archs, archs.ARCHS, "architecture")
     if args.families:

@@ -161,8 +161,41 @@ def _run(case: Case, work: Path) -> dict[str, Any]:
                candidates=[c.module for c in (d.candidates or [])[:5]])
     rec["grade"] = grade.grade(rec["kind"], planted.culprits, planted.expect, d.verdict, culprit)
     rec["disagree"] = rec["compare_passed"] != rec["diagnose_passed"]
+    if os.environ.get(PATCH_ENV) and not planted.compile:
+        rec["patch"] = _patch(d, golden, inputs, target, t_inputs, planted, rec["kind"])
     rec["seconds"] = time.perf_counter() - t0
     return rec
+
+
+PATCH_ENV = "OPDIFF_SWEEP_PATCH"  # set (bench/diagnosis_sweep.py --patch): each case is also confirmed by patching
+
+
+def _patch(d: Any, golden: Any, inputs: Any, target: Any, t_inputs: Any, planted: catalog.Planted,
+           kind: str) -> dict[str, Any]:
+    """Confirm the diagnosis by patching (diagnose_models' proof, the target run inside the planted context)
+    and grade the verdict it leaves, as the statistics' verdict is graded."""
+    from ...capture.torch.patching import TorchPatcher, model_runner
+    from ...diagnose.run import confirm_by_patching
+
+    plain = model_runner(target, t_inputs, 0)
+
+    def target_run(install: Any) -> None:
+        with planted.running():
+            plain(install)
+    t0 = time.perf_counter()
+    try:
+        patcher = TorchPatcher(runners={"golden": model_runner(golden, inputs, 0), "target": target_run})
+        confirm_by_patching(d, patcher)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        return {"status": "error", "reason": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    proof = d.patch
+    culprit = d.culprit.module if d.culprit is not None else None
+    return {"status": proof.status if proof else None, "verdict": d.verdict, "culprit": culprit,
+            "culprits": [c.module for c in proof.culprits] if proof else [],
+            "ops": [c.op for c in proof.culprits] if proof else [],
+            "grade": grade.grade(kind, planted.culprits, planted.expect, d.verdict, culprit),
+            "error_before": proof.error_before if proof else None, "error_after": proof.error_after if proof else None,
+            "seconds": time.perf_counter() - t0}
 
 
 def run_training(case: Case, work: Path) -> dict[str, Any]:
