@@ -48,6 +48,7 @@ from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower
 from ..metrics.verdict import verdict
 from ..store import Dump, load
 from ..store.format import FLOAT_DTYPES, dtype_name
+from .gate import Judgement
 from .parts import open_pair, shared_steps
 from .sameness import check_comparable
 from .unmatched import Failing, failing_unmatched
@@ -73,6 +74,7 @@ class Comparison:
     tensor_bytes: int = 0  # bytes of tensor data read, both sides together
     workers: int = 1
     other_steps: dict[tuple[int, int], Comparison] = field(default_factory=dict)  # (rank, step): the other steps
+    judgement: Judgement | None = None  # the run's pass/fail once judged (compare/gate.py); None: fixed thresholds
     _failing: list[Failing] | None = field(default=None, init=False, repr=False, compare=False)  # failing_unmatched()
 
     def counts(self) -> dict[str, int]:
@@ -100,13 +102,20 @@ class Comparison:
         return scored[:n]
 
     def passed(self, allow_unmatched: bool = False) -> bool:
-        """True when at least one pair was compared, nothing FAILs, no pair is a shape/dtype mismatch or
-        unreadable, and (unless allowed) no unmatched record may carry a difference no compared pair shows
-        (compare/unmatched.py: the one rule diagnose applies too). Records past the end of a cut-off dump
-        never count."""
+        """Whether the run passes: its `judgement` (compare/gate.py: the one gate compare's exit code and
+        diagnose's verdict share) once made, else the fixed per-pair rules (`passed_thresholds`)."""
+        if self.judgement is not None:
+            return self.judgement.passes(allow_unmatched)
+        return self.passed_thresholds(allow_unmatched)
+
+    def passed_thresholds(self, allow_unmatched: bool = False) -> bool:
+        """msprobe's rule: True when at least one pair was compared, nothing FAILs the fixed per-pair rules,
+        no pair is a shape/dtype mismatch or unreadable, and (unless allowed) no unmatched record may carry a
+        difference no compared pair shows (compare/unmatched.py: the one rule diagnose applies too), in every
+        step compared. Records past the end of a cut-off dump never count."""
         if not self.compared_any():
             return False  # nothing compared is not a pass
-        if any(not c.passed(allow_unmatched) for c in self.other_steps.values()):
+        if any(not c.passed_thresholds(allow_unmatched) for c in self.other_steps.values()):
             return False  # a multi-step dump passes only when every step both dumps hold does
         for r in self.results:
             if r.result == FAIL or r.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR):
@@ -114,8 +123,8 @@ class Comparison:
         return allow_unmatched or not self.failing_unmatched()
 
     def failed_steps(self, allow_unmatched: bool = False) -> list[tuple[int, int]]:
-        """(rank, step) of the other steps compared that do not pass."""
-        return [k for k, c in sorted(self.other_steps.items()) if not c.passed(allow_unmatched)]
+        """(rank, step) of the other steps compared that do not pass the fixed per-pair rules."""
+        return [k for k, c in sorted(self.other_steps.items()) if not c.passed_thresholds(allow_unmatched)]
 
     def by_step(self) -> dict[tuple[int, int], Comparison]:
         """Every (rank, step) part this comparison covers, this one included."""

@@ -139,6 +139,12 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
         con.print(f"[yellow]warning:[/] {safe(p)}")
     if outputs:
         con.print("reports: " + "  ".join(outputs))
+    j = cmp.judgement
+    if j is not None:  # the run's one gate (compare/gate.py): its verdict and why
+        ok = j.passes(allow_unmatched)
+        con.print(f"[bold {STYLE[PASS if ok else FAIL]}]{'PASS' if ok else 'FAIL'}[/] (gate {j.rule}: {safe(j.summary)})",
+                  highlight=False)
+        return
     if cmp.passed(allow_unmatched):
         con.print(f"[bold {STYLE[PASS]}]PASS[/]")
         return

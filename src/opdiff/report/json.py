@@ -75,6 +75,7 @@ def comparison_json(cmp: Comparison, worst: int = 20, pairs: bool = True) -> dic
             "results": cmp.counts(),
             "statuses": cmp.status_counts(),
             "passed": cmp.passed(),
+            "gate": cmp.judgement.to_json() if cmp.judgement is not None else None,  # compare/gate.py
             "first_fail": ff.index if ff else None,
             "worst": [r.index for r in cmp.worst(worst)],
             "unmatched": {"golden": len(cmp.unmatched("golden")), "target": len(cmp.unmatched("target"))},
