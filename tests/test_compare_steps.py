@@ -64,7 +64,7 @@ def test_cli_compare_and_diagnose_agree_on_a_later_step(tmp_path, opdiff_cli):
     _run(t, "module", 2, False)
     r = opdiff_cli("compare", g, t, "-o", tmp_path / "o", "--no-progress", "--format", "json")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "FAIL at step(s) 2" in r.stdout
+    assert "at step(s) 2" in r.stdout and "first diverges at step 2" in r.stdout
     r0 = opdiff_cli("compare", g, t, "-o", tmp_path / "o0", "--no-progress", "--format", "json", "--step", "0")
     assert r0.returncode == 0, r0.stdout + r0.stderr  # --step narrows to that step, as before
     d = opdiff_cli("diagnose", g, t, "--no-replay")

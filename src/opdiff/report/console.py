@@ -140,15 +140,13 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
     if outputs:
         con.print("reports: " + "  ".join(outputs))
     j = cmp.judgement
-    if j is not None:  # the run's one gate (compare/gate.py): its verdict and why
-        ok = j.passes(allow_unmatched)
-        con.print(f"[bold {STYLE[PASS if ok else FAIL]}]{'PASS' if ok else 'FAIL'}[/] (gate {j.rule}: {safe(j.summary)})",
-                  highlight=False)
-        return
+    if j is not None:  # the run's one gate (compare/gate.py): which rule, and why it passes or fails
+        con.print(f"gate {j.rule}: {safe(j.summary)}", highlight=False)
     if cmp.passed(allow_unmatched):
         con.print(f"[bold {STYLE[PASS]}]PASS[/]")
         return
-    why = []
+    why = [f"diagnose says {j.verdict}" + (f" at {safe(j.culprit) or '<root>'}" if j.culprit is not None else "")] \
+        if j is not None and j.rule == "noise" else []
     if counts.get(FAIL):
         why.append(f"{counts[FAIL]} FAIL")
     if bad:
