@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from opdiff.diagnose.noise import masked_error
+from opdiff.metrics.masks import masked_error
 
 
 def _masks(keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -151,7 +151,7 @@ def _say_steps(cmp, allow_unmatched: bool) -> None:
     j = cmp.judgement
     diverges = f"; the run first diverges at step {j.step}" if j is not None and not j.passed and j.step is not None \
         else ""
-    click.echo(f"{len(cmp.other_steps) + 1} steps compared (rank {cmp.target.rank}), every one in the reports; "
+    click.echo(f"{len(cmp.other_steps) + 1} steps compared (rank {cmp.target.rank}), each in the CSV, XLSX and JSON reports; "
                + (f"pairs over the fixed thresholds at step(s) {', '.join(str(s) for _, s in bad)}" if bad
                   else "no other step has a pair over the fixed thresholds") + diverges)
 

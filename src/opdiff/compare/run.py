@@ -41,6 +41,7 @@ from ..match.mapping import Mapping, load_mapping
 from ..metrics import names as M
 from ..metrics.counts_mode import counts_compare, needs_counts
 from ..metrics.hash_mode import hash_equal, hash_metrics
+from ..metrics.masks import mask_pair, mask_view
 from ..metrics.names import ERR_MESSAGE
 from ..metrics.stats_mode import stats_metrics
 from ..metrics.tensor import TensorDataError, TensorSource, Workspace, pair_metrics
@@ -269,12 +270,31 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
             return _result(pair, STATUS_ERROR, pmode, err=f"data unreadable: {exc}")
     msgs = [metrics.pop(ERR_MESSAGE, "")]
     result, reason = verdict(metrics, g.dtype, t.dtype, pmode, thresholds, floor)
+    if result != PASS and pmode == "tensor" and mask_pair(g, t):
+        result, reason = _as_mask(golden_dump, target_dump, g, t, thresholds, floor, (result, reason))
     precision = dtype_class(g.dtype, t.dtype, floor)[0]
     msgs.append(reason)
     bitwise = hash_equal(g, t)
     if bitwise is None and pmode == "tensor":
         bitwise = g.dtype == t.dtype and metrics.get(M.DIFF_COUNT) == 0
     return _result(pair, STATUS_COMPARED, pmode, metrics, result, bitwise, "; ".join(m for m in msgs if m), precision)
+
+
+def _as_mask(golden_dump: Dump, target_dump: Dump, g: Record, t: Record, thresholds: Thresholds, floor: str | None,
+             judged: tuple[PairVerdict, str]) -> tuple[PairVerdict, str]:
+    """A pair that may be one attention mask in two encodings, judged by what it lets through (metrics/masks.py,
+    the rule diagnose applies too); `judged` stands when it is no such mask or its data cannot be read."""
+    try:
+        view = mask_view(golden_dump.tensor(g), target_dump.tensor(t), g.dtype, t.dtype)
+    except (DumpError, TensorDataError, ValueError):
+        return judged
+    if view.kind == "same":
+        return PASS, "the same mask in another encoding: it lets the same elements through"
+    if view.kind != "values" or view.metrics is None:
+        return judged
+    result, reason = verdict(view.metrics, g.dtype, t.dtype, "tensor", thresholds, floor)
+    note = f"a mask judged on the {view.kept} elements it lets through (its fill values agree)"
+    return result, f"{note}: {reason}" if reason else note
 
 
 def _dump_mode(golden: Dump, target: Dump) -> str:
