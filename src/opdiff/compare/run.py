@@ -109,14 +109,14 @@ class Comparison:
             return self.judgement.passes(allow_unmatched)
         return self.passed_thresholds(allow_unmatched)
 
-    def passed_thresholds(self, allow_unmatched: bool = False) -> bool:
+    def passed_thresholds(self, allow_unmatched: bool = False, every_step: bool = True) -> bool:
         """msprobe's rule: True when at least one pair was compared, nothing FAILs the fixed per-pair rules,
         no pair is a shape/dtype mismatch or unreadable, and (unless allowed) no unmatched record may carry a
         difference no compared pair shows (compare/unmatched.py: the one rule diagnose applies too), in every
-        step compared. Records past the end of a cut-off dump never count."""
+        step compared (this step alone unless `every_step`). Records past the end of a cut-off dump never count."""
         if not self.compared_any():
             return False  # nothing compared is not a pass
-        if any(not c.passed_thresholds(allow_unmatched) for c in self.other_steps.values()):
+        if every_step and any(not c.passed_thresholds(allow_unmatched) for c in self.other_steps.values()):
             return False  # a multi-step dump passes only when every step both dumps hold does
         for r in self.results:
             if r.result == FAIL or r.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR):

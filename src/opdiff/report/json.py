@@ -94,7 +94,7 @@ def _steps(cmp: Comparison) -> list[dict[str, Any]] | None:
     if not cmp.other_steps:
         return None
     return [{"rank": rank, "step": step, "pairs": len(c.results), "results": c.counts(),
-             "passed_thresholds": c.passed_thresholds()} for (rank, step), c in parts(cmp)]
+             "passed_thresholds": c.passed_thresholds(every_step=False)} for (rank, step), c in parts(cmp)]
 
 
 def _pairs(cmp: Comparison) -> Iterator[tuple[PairResult, dict[str, Any]]]:

@@ -95,9 +95,10 @@ def table_columns(cmp: Comparison) -> list[str]:
 
 def table_rows(cmp: Comparison, cols: list[str]) -> Iterator[tuple[PairResult, dict[str, Any]]]:
     """(pair, column -> value) for every pair of every step, step after step."""
+    own = [c for c in cols if c not in STEP_COLUMNS]
     for (rank, step), c in parts(cmp):
         for r in c.results:
-            values = row(r, cols)
+            values = row(r, own)
             if cmp.other_steps:
                 values["Rank"], values["Step"] = rank, step
             yield r, values
