@@ -1,9 +1,9 @@
 """Issue 20: `opdiff compare` and `opdiff diagnose` share one pass/fail gate (compare/gate.py, diagnose/gate.py).
 
 Real captures: an attention mask in two encodings (compare judges a mask by what it lets through, as diagnose
-does), and sweep cases on real transformers models: a benign fp16 target whose rounding exceeds compare's fixed
-per-pair thresholds, a small planted fault that stays under them. On each, the two commands give the same pass/fail; `--gate thresholds` keeps
-msprobe's per-pair semantics.
+does), and sweep cases on real transformers models: a benign SDPA target in bf16 whose pairs exceed compare's
+fixed per-pair thresholds, a small planted fault that stays under them. On each, the two commands give the same
+pass/fail; `--gate thresholds` keeps msprobe's per-pair semantics.
 """
 
 from __future__ import annotations
@@ -100,14 +100,13 @@ def _cli(opdiff_cli, *args):
 
 
 # (arch, class, level, precision, passes): cases where compare's fixed thresholds and diagnose disagreed before the
-# one gate: a benign fp16 target over the thresholds, and an activation fault under them
-CASES = [("gpt_neo", "fp16_model", "api", "fp32", True), ("bert", "activation", "aten", "fp32", False)]
+# one gate: a benign SDPA target in bf16 over the thresholds, and an activation fault under them
+CASES = [("llama", "sdpa", "api", "bf16", True), ("bert", "activation", "aten", "fp32", False)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch,klass,level,precision,ok", CASES, ids=[c[1] for c in CASES])
-def test_benign_fp16_target_and_small_fault_agree_in_both_commands(tmp_path, opdiff_cli, arch, klass, level, precision,
-                                                                   ok):
+def test_benign_target_and_small_fault_agree_in_both_commands(tmp_path, opdiff_cli, arch, klass, level, precision, ok):
     pytest.importorskip("transformers")
     from opdiff.testing.sweep.case import Case, run
 

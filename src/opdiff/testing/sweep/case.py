@@ -159,7 +159,7 @@ def _run(case: Case, work: Path) -> dict[str, Any]:
                 "seconds": time.perf_counter() - t0}
     culprit = d.culprit.module if d.culprit is not None else None
     rec.update(verdict=d.verdict, culprit=culprit, summary=d.summary[:400], compare_passed=cmp.passed(),
-               diagnose_passed=d.exit_code == 0,
+               diagnose_passed=d.exit_code == 0, thresholds_passed=cmp.passed_thresholds(),
                candidates=[c.module for c in (d.candidates or [])[:5]])
     rec["grade"] = grade.grade(rec["kind"], planted.culprits, planted.expect, d.verdict, culprit)
     rec["disagree"] = rec["compare_passed"] != rec["diagnose_passed"]
@@ -200,7 +200,7 @@ def run_training(case: Case, work: Path) -> dict[str, Any]:
     c = d.culprit
     rec.update(verdict=d.verdict, culprit=c.module if c is not None else None, summary=d.summary[:400],
                step=c.step if c is not None else None, direction=c.direction if c is not None else None,
-               compare_passed=cmp.passed(), diagnose_passed=d.exit_code == 0)
+               compare_passed=cmp.passed(), diagnose_passed=d.exit_code == 0, thresholds_passed=cmp.passed_thresholds())
     rec["grade"] = grade.grade_training(truth.step, truth.direction, truth.culprits, truth.expect, d.verdict, rec["step"],
                                         rec["direction"], rec["culprit"])
     rec["disagree"] = rec["compare_passed"] != rec["diagnose_passed"]
