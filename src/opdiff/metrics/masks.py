@@ -44,11 +44,26 @@ def has_fill(rec: Record | None) -> bool:
 
 
 def mask_pair(g: Record | None, t: Record | None) -> bool:
-    """Whether a pair may be one attention mask in two encodings: either side holds fill values (the other
-    perhaps -inf), or one side is a boolean mask and the other an additive float one (eager attention vs SDPA)."""
+    """Whether a pair may be one attention mask in two encodings: golden holds fill values, the target holds
+    them where golden holds -inf, or one side is a boolean mask and the other an additive float one (eager
+    attention vs SDPA)."""
     if g is None or t is None:
         return False
-    return has_fill(g) or has_fill(t) or (g.dtype == "bool") != (t.dtype == "bool") and (g.dtype in RANGE or t.dtype in RANGE)
+    golden_neginf = g.stats is not None and g.stats.neginf > 0
+    return has_fill(g) or has_fill(t) and golden_neginf or \
+        (g.dtype == "bool") != (t.dtype == "bool") and (g.dtype in RANGE or t.dtype in RANGE)
+
+
+def _fill(a: np.ndarray, dtype: str) -> np.ndarray:
+    """Which elements are fill values: beyond half the dtype's range, or of a narrower dtype's range when the
+    tensor holds that dtype's finfo.min exactly (an fp16 mask's -65504 cast up to fp32 is still its fill)."""
+    lim = RANGE[dtype]
+    low = float(a.min()) if a.size else 0.0
+    for r in RANGE.values():
+        if r < lim and low == -r:
+            lim = r
+    out: np.ndarray = np.abs(a) >= FILL * lim
+    return out
 
 
 def _kept(a: np.ndarray, dtype: str) -> np.ndarray | None:
@@ -84,8 +99,8 @@ def mask_view(g: np.ndarray, t: np.ndarray, g_dtype: str, t_dtype: str) -> MaskV
     t = np.asarray(t, dtype=np.float64)
     if g.shape != t.shape:
         return MaskView("differs")
-    fill_g = np.abs(g) >= FILL * RANGE[g_dtype]
-    fill_t = np.abs(t) >= FILL * RANGE.get(t_dtype, RANGE[g_dtype])
+    fill_g = _fill(g, g_dtype)
+    fill_t = _fill(t, t_dtype if t_dtype in RANGE else g_dtype)
     if (fill_g != fill_t).any() or (np.sign(g[fill_g]) != np.sign(t[fill_t])).any():
         return MaskView("differs")
     keep = ~fill_g
