@@ -129,3 +129,28 @@ def test_benign_target_and_small_fault_agree_in_both_commands(tmp_path, opdiff_c
                  "--gate", "thresholds")
     assert fixed.returncode == (0 if cmp.passed_thresholds() else 1), fixed.stdout  # msprobe's semantics, on request
     assert json.loads((out / "compare.json").read_text())["summary"]["gate"]["rule"] == "thresholds"
+
+
+class Head(torch.nn.Module):
+    def __init__(self, cut: bool) -> None:
+        super().__init__()
+        self.lin, self.cut = torch.nn.Linear(8, 4), cut
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return y[:, :3] if self.cut else y  # the target drops a column of the model's output
+
+
+def test_a_model_output_of_another_shape_is_never_a_pass(tmp_path):
+    from opdiff.capture import capture
+
+    for name, cut in (("g", False), ("t", True)):
+        torch.manual_seed(0)
+        net = Head(cut)
+        with torch.no_grad(), capture(net, tmp_path / name, level="module", mode="tensor"):
+            net(torch.ones(2, 8))
+    cmp = compare(str(tmp_path / "g"), str(tmp_path / "t"), workers=1)
+    assert any(r.status == "shape-mismatch" for r in cmp.results)
+    d = diagnose(str(tmp_path / "g"), str(tmp_path / "t"), replay=False, workers=1)
+    j = judge(cmp, allow_unmatched=True)
+    assert d.verdict == "inconclusive" and not j.passed and not j.passes(allow_unmatched=True), d.summary
