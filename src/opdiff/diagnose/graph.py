@@ -18,9 +18,10 @@ from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.vocab import MATCH_SEQUENCE
 from ..metrics import names as M
+from ..metrics.masks import mask_pair, masked_error
 from ..metrics.thresholds import unit
 from ..store import Dump
-from .noise import mask_pair, masked_error, pair_error
+from .noise import pair_error
 
 
 @dataclass

@@ -97,7 +97,8 @@ def golden_names(graph: Graph, node_name: str) -> dict[str, str]:
 
 
 def diagnose(golden: Dump | str | os.PathLike[str], target: Dump | str | os.PathLike[str], *,
-             mapping: Mapping | str | os.PathLike[str] | None = None, comparison: Comparison | None = None,
+             mapping: Mapping | str | os.PathLike[str] | None = None,
+             comparison: Comparison | dict[tuple[int, int], Comparison] | None = None,
              replay: bool = True, level: str | None = None, direction: str | None = None, workers: int | None = None,
              progress: bool = False, rank: int | None = None, step: int | None = None,
              patcher: Patcher | None = None) -> Diagnosis:

@@ -128,6 +128,7 @@ def _run(case: Case, work: Path) -> dict[str, Any]:
     from ...base.errors import OpdiffError
     from ...compare import compare
     from ...diagnose import diagnose
+    from ...diagnose.gate import judge
 
     t0 = time.perf_counter()
     rec: dict[str, Any] = {**asdict(case), "id": case.id, "kind": catalog.CLASSES[case.klass].kind}
@@ -151,13 +152,14 @@ def _run(case: Case, work: Path) -> dict[str, Any]:
             if not proof.valid:
                 return {**rec, "grade": grade.INVALID, "seconds": time.perf_counter() - t0}
         cmp = compare(str(gdir), str(tdir), workers=1)
+        judge(cmp)  # what `opdiff compare` exits on (compare/gate.py)
         d = diagnose(str(gdir), str(tdir), comparison=cmp, replay=False, workers=1)
     except (OpdiffError, RuntimeError, ValueError, TypeError) as exc:
         return {**rec, "grade": grade.ERROR, "reason": f"{type(exc).__name__}: {str(exc)[:300]}",
                 "seconds": time.perf_counter() - t0}
     culprit = d.culprit.module if d.culprit is not None else None
     rec.update(verdict=d.verdict, culprit=culprit, summary=d.summary[:400], compare_passed=cmp.passed(),
-               diagnose_passed=d.exit_code == 0,
+               diagnose_passed=d.exit_code == 0, thresholds_passed=cmp.passed_thresholds(),
                candidates=[c.module for c in (d.candidates or [])[:5]])
     rec["grade"] = grade.grade(rec["kind"], planted.culprits, planted.expect, d.verdict, culprit)
     rec["disagree"] = rec["compare_passed"] != rec["diagnose_passed"]
@@ -204,6 +206,7 @@ def run_training(case: Case, work: Path) -> dict[str, Any]:
     from ...capture import capture
     from ...compare import compare
     from ...diagnose import diagnose
+    from ...diagnose.gate import judge
     from . import training
 
     try:
@@ -221,15 +224,16 @@ def run_training(case: Case, work: Path) -> dict[str, Any]:
         for s, name in ((g, "golden"), (t, "target")):
             with capture(s.model, work / name, level=case.level, mode="tensor", backward=True, optimizer=s.optimizer) as cap:
                 training.train(s, cap)
-        # as the two commands do: `opdiff compare` compares the first step, `opdiff diagnose` every step
+        # as the two commands do: `opdiff compare` judges every step by the one gate, `opdiff diagnose` too
         cmp = compare(str(work / "golden"), str(work / "target"), workers=1)
+        judge(cmp)
         d = diagnose(str(work / "golden"), str(work / "target"), replay=False, workers=1)
     except (OpdiffError, RuntimeError, ValueError, TypeError) as exc:
         return {**rec, "grade": grade.ERROR, "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
     c = d.culprit
     rec.update(verdict=d.verdict, culprit=c.module if c is not None else None, summary=d.summary[:400],
                step=c.step if c is not None else None, direction=c.direction if c is not None else None,
-               compare_passed=cmp.passed(), diagnose_passed=d.exit_code == 0)
+               compare_passed=cmp.passed(), diagnose_passed=d.exit_code == 0, thresholds_passed=cmp.passed_thresholds())
     rec["grade"] = grade.grade_training(truth.step, truth.direction, truth.culprits, truth.expect, d.verdict, rec["step"],
                                         rec["direction"], rec["culprit"])
     rec["disagree"] = rec["compare_passed"] != rec["diagnose_passed"]
