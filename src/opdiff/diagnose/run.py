@@ -139,6 +139,7 @@ def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: 
     graph = build(pairs, direction, golden, target)
     if direction == "backward":
         backward.attach_param_grads(graph)
+        backward.wire_output_grads(graph, pairs)
     if not any(t.golden is not None and t.target is not None for t in graph.tensors):
         what = f" at level {level!r}" if level else ""
         raise OpdiffError(f"{target.root}: no {direction} record{what} pairs with one of {golden.root}: nothing to diagnose")
@@ -147,7 +148,7 @@ def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: 
     warnings = _warnings(golden, target, graph, pairs, noise.run_dtype)
     diag = decide(graph, noise, evs, first_overflow(graph), differing_inputs(graph, noise), warnings,
                   replayable=replay)
-    trust.apply(diag, comparison, pairs)
+    trust.apply(diag, comparison, [p for p in pairs if p.record.direction == direction])  # this pass's own records
     settings = settings_diff(golden, target)
     if settings:
         diag.evidence.settings = settings
