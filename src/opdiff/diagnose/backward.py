@@ -91,16 +91,21 @@ def wire_output_grads(graph: Graph, pairs: list[PairResult]) -> None:
             counterpart[t.id] = f"{r.node}/forward/output/{r.pos}"
             grads_of.setdefault(r.node, []).append(t.id)
     made: dict[str, int] = {}
+    float_out = {r.node for r in fwd.values() if r.role == "output" and "float" in r.dtype}  # calls backward can run
+    first_rec: dict[str, Record] = {}
+    for r in fwd.values():
+        first_rec.setdefault(r.node, r)
+    ids = {n.name: n.id for n in graph.nodes}
     for tid, fname in counterpart.items():
         reads = [n for n in readers.get(fname, []) if n != graph.tensors[tid].rec.node]
         if not reads:
             continue
-        missing = [n for n in reads if n not in grads_of and _runs_backward(fwd, n)]
+        missing = [n for n in reads if n not in grads_of and n in float_out]
         options = missing or [n for n in reads if n in grads_of]
         if not options:
             continue
         chosen = options[0]
-        nid = _backward_node(graph, chosen, fwd, made)
+        nid = _backward_node(graph, chosen, first_rec[chosen], ids, made)
         _move_output(graph, tid, nid)
         for reader in reads:
             for g in grads_of.get(reader, []):
@@ -126,18 +131,13 @@ def _forward_readers(fwd: dict[str, Record]) -> dict[str, list[str]]:
     return out
 
 
-def _runs_backward(fwd: dict[str, Record], node: str) -> bool:
-    """Whether a forward call has a float output (a call whose backward could run)."""
-    return any(r.node == node and r.role == "output" and "float" in r.dtype for r in fwd.values())
-
-
-def _backward_node(graph: Graph, fnode: str, fwd: dict[str, Record], made: dict[str, int]) -> int:
-    """The backward graph node of forward call `fnode`; one is made when the target recorded none."""
+def _backward_node(graph: Graph, fnode: str, rec: Record, ids: dict[str, int], made: dict[str, int]) -> int:
+    """The backward graph node of forward call `fnode` (`rec` one of its records); one is made when the target
+    recorded none."""
     if fnode in made:
         return made[fnode]
-    nid = next((n.id for n in graph.nodes if n.name == fnode), None)
+    nid = ids.get(fnode)
     if nid is None:
-        rec = next(r for r in fwd.values() if r.node == fnode)
         nid = len(graph.nodes)
         graph.nodes.append(Node(nid, fnode, rec.module, rec.op, rec.level, -1, -1))
     made[fnode] = nid
