@@ -130,3 +130,13 @@ def test_sweep_runs_on_a_local_dask_cluster_resumably_with_the_ort_port(tmp_path
 def test_ort_port_is_module_level_fp32_only():
     ks = {(c.level, c.precision) for c in runner.cases(["bert"], ["ort"])}
     assert ks == {("module", "fp32")}
+
+
+@pytest.mark.parametrize("level", ["api", "aten"])
+def test_custom_backward_is_placed_in_the_backward_pass_at_op_level(level, tmp_path):
+    """A custom autograd backward 2 % off (it recomputes its forward op in backward): at api level the gradient
+    the activation's backward makes is found through the forward dataflow (before: blamed on the update or
+    missed); at aten level the recompute, a backward-only record, no longer makes the forward pass inconclusive."""
+    rec = run(Case("bert", "train_backward", level, "fp32"), tmp_path)
+    assert (rec["grade"], rec["step"], rec["direction"]) == (grade.EXACT, 0, "backward"), rec
+    assert rec["culprit"] == "encoder.layer.1.intermediate.intermediate_act_fn"
