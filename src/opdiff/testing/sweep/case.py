@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import archs, catalog, grade, oracle
+from . import archs, catalog, grade, oracle, ort
 
 LEVELS = ("module", "api", "aten")
 PRECISIONS = ("fp32", "bf16")  # the target's dtype (golden is fp32)
@@ -73,6 +73,14 @@ def _capture(model, path: Path, level: str, inputs, planted: catalog.Planted | N
     return archs.output_tensor(out).detach().clone()
 
 
+def _plain(model, inputs) -> Any:
+    """The model output without capture (the oracle's reference)."""
+    import torch
+
+    with torch.no_grad():
+        return archs.output_tensor(model(**inputs)).detach().clone()
+
+
 class _Null:
     def __enter__(self):
         return self
@@ -92,6 +100,8 @@ def prepare(case: Case):
     planted = catalog.plant(case.klass, target, t_inputs)
     if planted.compile and case.level != "module":
         raise ValueError("compiled targets are captured at module level only")
+    if planted.ort and (case.level != "module" or case.precision != "fp32"):
+        raise ValueError("an ORT port is captured at module level (onnxruntime has no api/aten ops), of the fp32 model")
     if planted.inputs is not None:
         t_inputs = planted.inputs
     dtype = _target_dtype(planted, target)
@@ -143,9 +153,23 @@ def _run(case: Case, work: Path) -> dict[str, Any]:
     if not proof.valid:
         return {**rec, "grade": grade.INVALID, "seconds": time.perf_counter() - t0}
     gdir, tdir = work / "golden", work / "target"
+    if planted.ort:  # the target runs the export under onnxruntime: prove the claim on that run's output
+        try:
+            onnx_path, feeds = ort.export(target, t_inputs, work / "ort")
+            proof = oracle.prove_benign(_plain(golden, inputs), ort.plain_output(target, t_inputs, onnx_path, feeds),
+                                        _target_dtype(planted, target))
+        except ValueError as exc:
+            return {**rec, "grade": grade.NOT_APPLICABLE, "reason": str(exc)[:300], "seconds": time.perf_counter() - t0}
+        rec["oracle"] = {"valid": proof.valid, "effect_units": proof.effect, "detail": proof.detail + " (ORT run)"}
+        if not proof.valid:
+            return {**rec, "grade": grade.INVALID, "seconds": time.perf_counter() - t0}
     try:
         g_out = _capture(golden, gdir, case.level, inputs, None)
-        t_out = _capture(target, tdir, case.level, t_inputs, planted)
+        if planted.ort:
+            ort.capture(onnx_path, feeds, tdir)
+            t_out = g_out
+        else:
+            t_out = _capture(target, tdir, case.level, t_inputs, planted)
         if planted.compile:  # the compiled run exists only under capture: prove the claim on its output
             proof = oracle.prove_benign(g_out, t_out, _target_dtype(planted, target))
             rec["oracle"] = {"valid": proof.valid, "effect_units": proof.effect, "detail": proof.detail + " (compiled run)"}
