@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from statistics import median
 
 from ..metrics.thresholds import SIGNIFICANT
-from .graph import Graph, Tensor
+from .bounds import op_kind, output_bound, tight_jump
+from .graph import Graph, Node, Tensor
 from .noise import AMPLIFICATION, UNIT, Noise
 
 MAX_FLOOR = 8.0
+REACH = 0.125  # an error already judged an op's own reaches a reader showing 1/8 of a fresh event's threshold
 PROPAGATION_HOPS = 12  # how far an error is followed to see that it matters downstream  # a fresh op of correct code never shows more than this many units as "noise" floor
 
 
@@ -106,6 +108,9 @@ def events(graph: Graph, noise: Noise) -> list[Event]:
             jump = t.err / thr if thr > 0 else math.inf
             if jump > 1 and inh > 0:
                 jump = min(jump, abs_jump(graph, noise, t, node.op, node.id))
+            tight = tight_jump(graph, t)
+            if tight is not None:  # an op whose noise is known exactly: its bound decides (bounds.py)
+                jump, thr = tight, t.err / tight if tight > 0 else thr
         if jump > 1:
             blamed, how = graph.blame(t)
             out.append(Event(t.id, blamed, how, t.err, inh, thr, jump, propagates(graph, noise, t)))
@@ -129,11 +134,25 @@ def propagates(graph: Graph, noise: Noise, t: Tensor) -> bool:
         outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
         if not outs:
             return True  # an op golden does not have, or outputs not recorded: cannot tell
-        others = [graph.tensors[s] for s in node.inputs + node.params if s != via]
-        inh = max((_background(graph, noise, o) for o in others), default=0.0)
-        if any(o.err is not None and o.err > noise.threshold(o.unit, inh, node.op, node.id) for o in outs):
+        if any(_shows(graph, noise, node, o, via, t.role == "input") for o in outs):
             return True
     return False
+
+
+def _shows(graph: Graph, noise: Noise, node: Node, out: Tensor, via: int, changed_input: bool) -> bool:
+    """Whether a reader's output carries more error than its inputs other than `via` explain: by the tight
+    bound of its kind when it has one (bounds.py), else by the calibrated threshold. An input changed on
+    its way into a sum reaches its output (only an equal and opposite error could cancel it)."""
+    if out.err is None:
+        return False
+    if changed_input and op_kind(node.op) == "sum" and out.abs_err:
+        return True
+    bound = output_bound(graph, out, skip=via)
+    if bound is not None and out.abs_err is not None:
+        return out.abs_err > bound
+    others = [graph.tensors[s] for s in node.inputs + node.params if s != via]
+    inh = max((_background(graph, noise, o) for o in others), default=0.0)
+    return out.err > max(noise.threshold(out.unit, inh, node.op, node.id) * REACH, noise.allowance(node.op, node.id) * inh)
 
 
 def _background(graph: Graph, noise: Noise, t: Tensor) -> float:
