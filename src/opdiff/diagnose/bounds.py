@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from ..metrics.thresholds import unit
 from .graph import Graph, Node, Tensor, identity_key
 from .noise import absmax, mask_pair
 
@@ -154,14 +155,42 @@ def parameter_jump(t: Tensor) -> float | None:
     return t.err / (CAST * t.unit)
 
 
+def _external(graph: Graph, t: Tensor, depth: int = 8) -> bool:
+    """Whether the target's `t` is a tensor no recorded op computed (a buffer, a constant), possibly through
+    copies and casts golden does not run."""
+    p = graph.producer.get(t.id)
+    for _ in range(depth):
+        if p is None:
+            return True
+        src = graph.tensors[p]
+        node = graph.node_of(src)
+        if src.err is not None or node is None or op_kind(node.op) != "move":
+            return False
+        p = next((graph.producer[i] for i in node.inputs if i in graph.producer), None)
+    return False
+
+
+def leaf_jump(graph: Graph, t: Tensor) -> float | None:
+    """A buffer an op reads (rotary frequencies, a position table), which golden's op reads as is and the
+    target through a cast to a narrower dtype: like a parameter, one rounding away from golden's."""
+    node = graph.node_of(t)
+    if node is None or node.level != "aten":
+        return None  # only an aten-level dump records every op: elsewhere an unrecorded op may have computed it
+    if t.role != "input" or t.golden is None or t.golden.src or t.err is None \
+            or t.unit == 0 or not math.isfinite(t.err) or mask_pair(t.golden, t.target) or not _external(graph, t):
+        return None
+    u = graph.chain_unit(t)
+    return t.err / (CAST * u) if u > unit(t.golden.dtype) else None
+
+
 BOUNDS: tuple[Callable[[Graph, Tensor], float | None], ...] = (output_bound, handover_bound)
 
 
 def tight_jump(graph: Graph, t: Tensor) -> float | None:
     """How far `t`'s error exceeds the tight bound of its kind (> 1: its own), None when no bound applies."""
-    pj = parameter_jump(t)
-    if pj is not None:
-        return pj
+    for leaf in (parameter_jump(t), leaf_jump(graph, t)):
+        if leaf is not None:
+            return leaf
     for bound in BOUNDS:
         b = bound(graph, t)
         if b is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from ..metrics.thresholds import SIGNIFICANT
-from .bounds import op_kind, output_bound, tight_jump
+from .bounds import leaf_jump, op_kind, output_bound, tight_jump
 from .graph import Graph, Node, Tensor
 from .noise import AMPLIFICATION, UNIT, Noise
 
@@ -112,7 +112,7 @@ def events(graph: Graph, noise: Noise) -> list[Event]:
             if tight is not None:  # an op whose noise is known exactly: its bound decides (bounds.py)
                 jump, thr = tight, t.err / tight if tight > 0 else thr
         if jump > 1:
-            blamed, how = graph.blame(t)
+            blamed, how = (node.id, "input") if leaf_jump(graph, t) is not None else graph.blame(t)
             out.append(Event(t.id, blamed, how, t.err, inh, thr, jump, propagates(graph, noise, t)))
     return out
 
