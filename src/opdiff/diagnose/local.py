@@ -113,12 +113,15 @@ def events(graph: Graph, noise: Noise) -> list[Event]:
                 jump, thr = tight, t.err / tight if tight > 0 else thr
         if jump > 1:
             blamed, how = (node.id, "input") if leaf_jump(graph, t) is not None else graph.blame(t)
-            out.append(Event(t.id, blamed, how, t.err, inh, thr, jump, propagates(graph, noise, t)))
+            out.append(Event(t.id, blamed, how, t.err, inh, thr, jump, propagates(graph, noise, t, judged=True)))
     return out
 
 
-def propagates(graph: Graph, noise: Noise, t: Tensor) -> bool:
+def propagates(graph: Graph, noise: Noise, t: Tensor, judged: bool = False) -> bool:
     """Whether `t`'s error shows in what its readers compute, beyond what their other inputs explain.
+
+    `judged`: `t`'s error is already an event (its op's own beyond noise); its readers then only have
+    to show it (_shows), not prove it again.
 
     A difference nothing reads (an op's unused extra output, like a norm's saved mean) or that its
     readers wash out is no culprit. Without producer links (module-level dumps) readers are not
@@ -134,18 +137,19 @@ def propagates(graph: Graph, noise: Noise, t: Tensor) -> bool:
         outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
         if not outs:
             return True  # an op golden does not have, or outputs not recorded: cannot tell
-        if any(_shows(graph, noise, node, o, via, t.role == "input") for o in outs):
+        if any(_shows(graph, noise, node, o, via, judged or t.role == "input") for o in outs):
             return True
     return False
 
 
-def _shows(graph: Graph, noise: Noise, node: Node, out: Tensor, via: int, changed_input: bool) -> bool:
-    """Whether a reader's output carries more error than its inputs other than `via` explain: by the tight
-    bound of its kind when it has one (bounds.py), else by the calibrated threshold. An input changed on
-    its way into a sum reaches its output (only an equal and opposite error could cancel it)."""
+def _shows(graph: Graph, noise: Noise, node: Node, out: Tensor, via: int, carried: bool) -> bool:
+    """Whether a reader's output carries more error than its inputs other than `via` explain: a sum carries
+    an event's error or a changed input (`carried`) into its output (only an equal and opposite error
+    cancels it); a reader of a tight kind must exceed its bound without `via` (bounds.py); any other must
+    show REACH of a fresh event's threshold beyond what its other inputs bring."""
     if out.err is None:
         return False
-    if changed_input and op_kind(node.op) == "sum" and out.abs_err:
+    if carried and op_kind(node.op) == "sum" and out.abs_err:
         return True
     bound = output_bound(graph, out, skip=via)
     if bound is not None and out.abs_err is not None:
