@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from ..metrics.masks import absmax, mask_pair
 from ..metrics.thresholds import unit
 from .graph import Graph, Node, Tensor, identity_key
-from .noise import absmax, mask_pair
 
 CAST = 1.5  # a parameter or a copying op is within one rounding of golden's value (1 unit), with margin
 HANDOVER = 1.05  # a tensor handed over unchanged: at most one cast (1 unit), exact arithmetic
