@@ -39,6 +39,7 @@ from ..base.vocab import (
 from ..match.align import Pair, align
 from ..match.mapping import Mapping, load_mapping
 from ..metrics import names as M
+from ..metrics.batch import SMALL_PAIR, PairItem, batch_metrics
 from ..metrics.counts_mode import counts_compare, needs_counts
 from ..metrics.hash_mode import hash_equal, hash_metrics
 from ..metrics.names import ERR_MESSAGE
@@ -219,11 +220,12 @@ def precision_floors(records: list[Record]) -> dict[str, str | None]:
 
 def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "auto",
                  thresholds: Thresholds | None = None, ws: Workspace | None = None,
-                 floor: str | None = None) -> PairResult:
+                 floor: str | None = None, computed: Metrics | None = None) -> PairResult:
     """Compare one aligned pair; never raises on bad data (the pair becomes N/A with the reason).
 
     `floor`: lowest float precision that ran before the pair (see precision_floors); None judges
-    the pair by its own dtypes."""
+    the pair by its own dtypes. `computed`: the pair's tensor metrics when a batch computed them
+    already (small_pair_metrics); every check and the verdict are still made here."""
     thresholds = thresholds or preset("default")
     g, t = pair.golden, pair.target
     if g is None or t is None:
@@ -254,8 +256,8 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
         metrics = stats_metrics(g.stats, t.stats)
     else:
         try:
-            metrics = pair_metrics(_source(golden_dump, g), _source(target_dump, t), ws,
-                                   golden_range=_range(g), target_range=_range(t))
+            metrics = computed if computed is not None else pair_metrics(
+                _source(golden_dump, g), _source(target_dump, t), ws, golden_range=_range(g), target_range=_range(t))
         except (TensorDataError, DumpError) as exc:
             return _result(pair, STATUS_ERROR, pmode, err=f"data unreadable: {exc}")
     msgs = [metrics.pop(ERR_MESSAGE, "")]
@@ -357,8 +359,40 @@ def plan_pairs(golden: Dump, target: Dump, mapping: Mapping | None, mode: str) -
 
 def compare_subset(golden: Dump, target: Dump, plan: PairPlan, positions: list[int], mode: str,
                    thresholds: Thresholds, ws: Workspace | None = None) -> list[tuple[int, PairResult]]:
-    """(position, result) of the plan's pairs at `positions`, by compare_pair."""
-    return [(i, compare_pair(golden, target, plan.pairs[i], mode, thresholds, ws, plan.floors[i])) for i in positions]
+    """(position, result) of the plan's pairs at `positions`, by compare_pair (the small tensor pairs'
+    metrics computed together first: small_pair_metrics)."""
+    done = small_pair_metrics(golden, target, plan.pairs, positions, mode, ws) if ws is not None else {}
+    return [(i, compare_pair(golden, target, plan.pairs[i], mode, thresholds, ws, plan.floors[i], done.get(i)))
+            for i in positions]
+
+
+def _batchable(g: Record | None, t: Record | None, mode: str) -> bool:
+    """A pair compare_pair would compare on tensor data, small enough to join a batch."""
+    return (g is not None and t is not None and 0 < g.numel <= SMALL_PAIR and not g.extra.get(DAMAGED)
+            and not t.extra.get(DAMAGED) and not needs_counts(g, t) and tuple(g.shape) == tuple(t.shape)
+            and _pair_mode(mode, g, t)[0] == "tensor")
+
+
+def small_pair_metrics(golden: Dump, target: Dump, pairs: list[Pair], positions: list[int], mode: str,
+                       ws: Workspace) -> dict[int, Metrics]:
+    """Position -> tensor metrics of the small pairs among `positions`, computed in one batch
+    (metrics/batch.py). A pair left out (unreadable, not matching its record or hash) is compared on its
+    own by compare_pair, which names the problem."""
+    items: list[PairItem] = []
+    where: list[int] = []
+    for i in positions:
+        g, t = pairs[i].golden, pairs[i].target
+        if not _batchable(g, t, mode):
+            continue
+        assert g is not None and t is not None  # _batchable
+        try:
+            items.append(PairItem(_source(golden, g), _source(target, t), _range(g), _range(t)))
+        except (TensorDataError, DumpError):
+            continue
+        where.append(i)
+    if len(items) < 2:
+        return {}
+    return {i: m for i, m in zip(where, batch_metrics(items, ws)) if m is not None}
 
 
 def finish(results: list[PairResult | None], golden: Dump, target: Dump) -> list[PairResult]:

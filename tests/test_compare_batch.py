@@ -1,0 +1,121 @@
+"""Small pairs compared in batches (metrics/batch.py): the same metrics as one pair at a time, for every dtype
+and edge case mixed in one batch; bad data in a batch leaves that pair to say why and touches no other."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import opdiff
+from opdiff.compare import compare
+from opdiff.compare import run as R
+from opdiff.metrics.batch import PairItem, batch_metrics
+from opdiff.metrics.tensor import TensorSource, Workspace, pair_metrics
+from opdiff.store.format import dtype_name
+from opdiff.store.stats import content_hash
+from opdiff.testing.synthetic import Tensor, write_dump
+from test_metrics_tensor import assert_matches, reference
+
+RNG = np.random.default_rng(7)
+
+
+def _mixed() -> list[tuple[np.ndarray, np.ndarray]]:
+    """Golden/target arrays of every kind a batch meets: float dtypes, ints, bool, nan/inf on one or both
+    sides, an empty tensor, all zeros, a scalar, identical values."""
+    out = []
+    for dt in (np.float32, np.float16, ml_dtypes.bfloat16, np.float64, np.int32, np.int64, np.uint8):
+        g = (50 * RNG.standard_normal(37)).astype(dt)
+        t = (g.astype(np.float64) + RNG.standard_normal(37)).astype(dt)
+        out.append((g, t))
+    g = RNG.standard_normal(300).astype(np.float32)
+    t = g.copy()
+    g[[3, 9]], t[[3, 20]] = np.nan, np.inf  # nan on both sides at 3 (inf beats it), one side elsewhere
+    t[50] = -np.inf
+    out += [(g, t), (np.zeros(5, np.float32), np.zeros(5, np.float32)), (np.zeros(0, np.float32),) * 2,
+            (np.array(2.5, np.float32), np.array(2.25, np.float32)), (g[100:], g[100:].copy()),
+            (RNG.random(40) > 0.5, RNG.random(40) > 0.5), (np.full(9, np.nan, np.float32), np.ones(9, np.float32))]
+    return out
+
+
+def _file(path, arr: np.ndarray, offset: int) -> TensorSource:
+    dt = dtype_name(arr.dtype)
+    return TensorSource(dtype=dt, shape=arr.shape, path=path, offset=offset, hash=content_hash(arr, dt, arr.shape),
+                        label=str(offset))
+
+
+def _pack(path, arrays: list[np.ndarray]) -> list[TensorSource]:
+    """The arrays' bytes one after the other in one file (with gaps), as file sources."""
+    blob, srcs = bytearray(b"\0" * 24), []
+    for k, a in enumerate(arrays):
+        srcs.append(_file(path, a, len(blob)))
+        blob += np.ascontiguousarray(a).tobytes() + b"\0" * (8 if k % 3 else 5000)  # one gap wider than a read spans
+    path.write_bytes(bytes(blob))
+    return srcs
+
+
+def test_batch_equals_one_pair_at_a_time_on_a_mixed_batch(tmp_path):
+    pairs = _mixed()
+    gs, ts = _pack(tmp_path / "g.bin", [g for g, _ in pairs]), _pack(tmp_path / "t.bin", [t for _, t in pairs])
+    items = [PairItem(g, t) for g, t in zip(gs, ts)] + [PairItem(TensorSource.of(g), TensorSource.of(t))
+                                                        for g, t in pairs]  # arrays in memory too
+    with Workspace() as ws:
+        got = batch_metrics(items, ws)
+        one = [pair_metrics(it.golden, it.target, ws) for it in items]
+    assert got == one  # exactly: each pair is folded as it is alone
+    for (g, t), m in zip(pairs, got):
+        assert m is not None
+        if g.size and np.isfinite(g.astype(np.float64)).all() and np.isfinite(t.astype(np.float64)).all() \
+                and np.abs(g.astype(np.float64)).max() > 0:
+            assert_matches(m, reference(g, t))  # and the float64 reference, within its tolerances
+
+
+def test_bad_data_in_a_batch_is_left_to_its_pair_alone(tmp_path):
+    pairs = _mixed()[:6]
+    gs, ts = _pack(tmp_path / "g.bin", [g for g, _ in pairs]), _pack(tmp_path / "t.bin", [t for _, t in pairs])
+    raw = bytearray((tmp_path / "t.bin").read_bytes())
+    raw[ts[2].offset] ^= 0xFF  # one tensor no longer matches its hash
+    (tmp_path / "t.bin").write_bytes(bytes(raw))
+    ts[4] = TensorSource(ts[4].dtype, ts[4].shape, path=tmp_path / "missing.bin", offset=0)  # one file missing
+    short = tmp_path / "short.bin"
+    short.write_bytes((tmp_path / "g.bin").read_bytes()[:gs[5].offset + 4])  # one cut off mid-tensor
+    gs[5] = TensorSource(gs[5].dtype, gs[5].shape, path=short, offset=gs[5].offset, hash=gs[5].hash)
+    with Workspace() as ws:
+        got = batch_metrics([PairItem(g, t) for g, t in zip(gs, ts)], ws)
+        for k in (2, 4, 5):
+            assert got[k] is None
+            with pytest.raises(opdiff.errors.DumpError, match="hash|cannot open|truncated"):
+                pair_metrics(gs[k], ts[k], ws)  # alone, the pair names its problem
+        for k in (0, 1, 3):
+            assert got[k] == pair_metrics(gs[k], ts[k], ws)
+
+
+def _dumps(tmp_path, n: int = 120):
+    g, t = [], []
+    for i, (a, b) in enumerate(_mixed() * (n // len(_mixed()) + 1)):
+        if i >= n:
+            break
+        g.append(Tensor(f"m.{i}", "Op", "output", "0", a))
+        t.append(Tensor(f"m.{i}", "Op", "output", "0", b))
+    write_dump(tmp_path / "g", g)
+    write_dump(tmp_path / "t", t)
+    return tmp_path / "g", tmp_path / "t"
+
+
+def test_compare_in_batches_equals_compare_pair_by_pair(tmp_path, monkeypatch):
+    gp, tp = _dumps(tmp_path)
+    d = opdiff.load(tp)
+    rec = d.records[17]
+    start = d.header(rec.data["file"]).entries[rec.data["key"]][2]
+    path = d.dir / rec.data["file"]
+    raw = bytearray(path.read_bytes())
+    raw[start] ^= 0xFF  # a damaged tensor in the middle of a batch
+    path.write_bytes(bytes(raw))
+    batched = compare(gp, tp, workers=1)
+    monkeypatch.setattr(R, "SMALL_PAIR", 0)  # nothing batched
+    alone = compare(gp, tp, workers=1)
+    assert [(r.status, r.result, r.metrics, r.err_message) for r in batched.results] == \
+        [(r.status, r.result, r.metrics, r.err_message) for r in alone.results]
+    bad = [r for r in batched.results if r.status == "error"]
+    assert len(bad) == 1 and bad[0].index == 17 and "does not match its recorded hash" in bad[0].err_message
+    assert all(r.status == "compared" for r in batched.results if r.index != 17)
