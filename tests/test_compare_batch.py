@@ -119,3 +119,40 @@ def test_compare_in_batches_equals_compare_pair_by_pair(tmp_path, monkeypatch):
     bad = [r for r in batched.results if r.status == "error"]
     assert len(bad) == 1 and bad[0].index == 17 and "does not match its recorded hash" in bad[0].err_message
     assert all(r.status == "compared" for r in batched.results if r.index != 17)
+
+
+def test_rows_written_column_wise_equal_the_cell_by_cell_writers(tmp_path):
+    """CSV, JSON and XLSX rows made with the columns resolved once equal what the per-cell code wrote, for pairs
+    with nan/inf metrics, N/A metrics, unmatched records, an error and numpy scalars."""
+    import csv
+    import io
+    import json
+
+    from opdiff.base.jsonsafe import clean, compact, csv_cell
+    from opdiff.report import xlsx
+    from opdiff.report.json import pair_json
+    from opdiff.report.table import columns, row, rows
+
+    gp, tp = _dumps(tmp_path, n=40)
+    write_dump(tmp_path / "t2", [Tensor(f"m.{i}", "Op", "output", "0", a) for i, (_, a) in enumerate(_mixed())]
+               + [Tensor("extra", "Op", "output", "0", np.ones(3, np.float32))])
+    results = compare(gp, tmp_path / "t2", workers=1).results + compare(gp, tp, workers=1).results
+    results[0].metrics["cosine"] = np.float32(0.5)  # a numpy scalar, as a foreign caller might leave
+    results[1].metrics["max_abs_err"] = np.float64("inf")
+    assert {r.status for r in results} >= {"compared", "unmatched"}
+    cols = columns(results)
+    new, old = io.StringIO(), io.StringIO()
+    csv.writer(new).writerows(rows(results, cols))
+    csv.writer(old).writerows([csv_cell(row(r, cols)[c]) for c in cols] for r in results)
+    assert new.getvalue() == old.getvalue()
+    enc = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=str)
+    assert [compact(pair_json(r)) for r in results] == [enc.encode(clean(pair_json(r))) for r in results]
+    letters = [xlsx.col_letter(j) for j in range(len(cols))]
+    sheet = [p for p in xlsx._sheet(type("C", (), {"results": results})(), cols, "Z9", len(results) + 1)
+             if p.startswith("<row r=") and p != '<row r="1">']
+    assert len(sheet) == len(results)
+    for i, r in enumerate(results, start=2):
+        st = xlsx._STYLE.get(r.result, 0)
+        s = f' s="{st}"' if st else ""
+        want = f'<row r="{i}">' + "".join(xlsx._cell(f"{a}{i}", row(r, cols)[c], s) for a, c in zip(letters, cols))
+        assert sheet[i - 2] == want + "</row>"

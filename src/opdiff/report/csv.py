@@ -5,9 +5,8 @@ from __future__ import annotations
 import csv
 import os
 
-from ..base.jsonsafe import csv_cell
 from ..compare.run import Comparison
-from .table import columns, row
+from .table import columns, rows
 
 
 def write_csv(cmp: Comparison, path: str | os.PathLike[str]) -> None:
@@ -16,6 +15,5 @@ def write_csv(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(cols)
-        for r in cmp.results:
-            values = row(r, cols)
-            w.writerow([csv_cell(values[c]) for c in cols])
+        # csv writes each cell as csv_cell does (floats by repr: nan, inf, -inf; None empty; bools True/False)
+        w.writerows(rows(cmp.results, cols))

@@ -6,11 +6,10 @@ Non-finite numbers follow opdiff's one rule (base/jsonsafe.py): `null`, and for 
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
-from ..base.jsonsafe import clean, dumps, split_nonfinite
+from ..base.jsonsafe import compact, dumps, split_nonfinite
 from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.version import __version__
@@ -90,9 +89,8 @@ def write_json(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     """Write the JSON report (strict JSON: allow_nan=False), one pair per line, streamed: memory
     does not grow with the number of pairs."""
     head = dumps(comparison_json(cmp, pairs=False), separators=(",", ":"))
-    enc = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=str)
     with open(path, "w", encoding="utf-8") as f:
         f.write(head[:-1] + ',"pairs":[\n')
         for i, r in enumerate(cmp.results):
-            f.write(("," if i else "") + enc.encode(clean(pair_json(r))) + "\n")
+            f.write(("," if i else "") + compact(pair_json(r)) + "\n")
         f.write("]}\n")

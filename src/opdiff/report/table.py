@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..base.pair import PairResult
@@ -70,3 +71,15 @@ def row(r: PairResult, cols: list[str]) -> dict[str, Any]:
             v = r.metrics.get(M.field_of(c))
             out[c] = NA if v is None else v
     return out
+
+
+def rows(results: Iterable[PairResult], cols: list[str]) -> Iterator[list[Any]]:
+    """Each pair's values in the order of `cols`, as `row` gives them, with the columns resolved once for
+    all rows (which metric field a column holds) rather than once per cell."""
+    plan = [(c, None if c in _FIXED else M.field_of(c)) for c in cols]
+    for r in results:
+        fixed, m = row(r, []), r.metrics
+        yield [fixed[c] if f is None else (NA if (v := m.get(f)) is None else v) for c, f in plan]
+
+
+_FIXED = frozenset(ID_COLUMNS + TAIL_COLUMNS)  # the columns `row` fills whatever the metrics
