@@ -128,14 +128,36 @@ def _sheet(cmp: Comparison, cols: list[str], last: str, nrows: int) -> Iterator[
     yield "".join(_cell(f"{a}1", c, ' s="1"') for a, c in zip(letters, cols))
     yield "</row>"
     shown = cmp.results[:nrows - 1]
+    repeats = [c not in _UNIQUE for c in cols]  # columns whose texts repeat from row to row
+    texts: dict[str, str] = {}  # a repeating text -> its cell after the reference and style
     for i, r, values in zip(range(2, nrows + 1), shown, rows(shown, cols)):
         st = _STYLE.get(r.result, 0)
         s = f' s="{st}"' if st else ""
-        # finite floats and ints (most cells) inline, as _cell writes them: a call per cell is most of the cost
-        yield f'<row r="{i}">' + "".join([
-            f'<c r="{a}{i}"{s}><v>{v!r}</v></c>' if (kind := type(v)) is int or (kind is float and v - v == 0.0)
-            else _cell(f"{a}{i}", v, s) for a, v in zip(letters, values)]) + "</row>"
+        yield f'<row r="{i}">' + "".join(_cells(i, s, letters, values, repeats, texts)) + "</row>"
     yield f'</sheetData><autoFilter ref="A1:{last}"/></worksheet>'
+
+
+_UNIQUE = frozenset({"Golden Name", "Target Name", "Err_message", "Note"})  # texts not worth remembering
+
+
+def _cells(i: int, s: str, letters: list[str], values: list[Any], repeats: list[bool],
+           texts: dict[str, str]) -> list[str]:
+    """One row's cells, each as _cell writes it: finite numbers inline and repeating texts escaped once
+    (a call and an escape per cell were most of the cost)."""
+    out = []
+    for a, v, rep in zip(letters, values, repeats):
+        kind = type(v)
+        if kind is int or (kind is float and v - v == 0.0):
+            out.append(f'<c r="{a}{i}"{s}><v>{v!r}</v></c>')
+        elif kind is str and rep and v and (tail := texts.get(v)) is not None:
+            out.append(f'<c r="{a}{i}"{s}{tail}')
+        else:
+            head = f'<c r="{a}{i}"{s}'
+            cell = _cell(f"{a}{i}", v, s)
+            if kind is str and rep and v and len(texts) < 1 << 16:
+                texts[v] = cell[len(head):]
+            out.append(cell)
+    return out
 
 
 def write_xlsx(cmp: Comparison, path: str | os.PathLike[str]) -> None:
