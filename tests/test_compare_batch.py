@@ -156,3 +156,25 @@ def test_rows_written_column_wise_equal_the_cell_by_cell_writers(tmp_path):
         s = f' s="{st}"' if st else ""
         want = f'<row r="{i}">' + "".join(xlsx._cell(f"{a}{i}", row(r, cols)[c], s) for a, c in zip(letters, cols))
         assert sheet[i - 2] == want + "</row>"
+
+
+def test_header_entries_checked_in_bulk_agree_with_the_field_by_field_check():
+    """validate._entry's fast path accepts exactly what the field-by-field check accepts, with the same entry."""
+    from opdiff.store import validate as V
+
+    sound = {"dtype": "F32", "shape": [2, 3], "data_offsets": [8, 32]}
+    cases = [sound, {**sound, "shape": []}, {**sound, "shape": [0], "data_offsets": [8, 8]},
+             {**sound, "dtype": "BF16", "data_offsets": [8, 20]}, {**sound, "shape": [2, True]},
+             {**sound, "shape": [2, -3]}, {**sound, "shape": [2, 3.0]}, {**sound, "data_offsets": [8, 31]},
+             {**sound, "data_offsets": [32, 8]}, {**sound, "data_offsets": [8, 32, 40]}, {**sound, "dtype": "F31"},
+             {**sound, "data_offsets": [-4, 20]}, {**sound, "data_offsets": [8, 1000]}, {**sound, "dtype": None},
+             {**sound, "data_offsets": [False, 24]}, {k: v for k, v in sound.items() if k != "shape"}, [1], None]
+    for info in cases:
+        fast = V._entry_fast(info, 100, 200)
+        try:
+            checked = V._entry_checked(info, 100, 200)
+        except ValueError:
+            assert fast is None, info
+        else:
+            assert fast == checked, info
+    assert V._entry_fast(sound, 100, 200) == ("float32", (2, 3), 108, 132)

@@ -48,7 +48,7 @@ from ..metrics.tensor import TensorDataError, TensorSource, Workspace, pair_metr
 from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower_precision, preset
 from ..metrics.verdict import verdict
 from ..store import Dump, load
-from ..store.format import FLOAT_DTYPES, dtype_name
+from ..store.format import FLOAT_DTYPES, dtype_name, numpy_dtype
 from .parts import open_pair, shared_steps
 from .sameness import check_comparable
 from .unmatched import Failing, failing_unmatched
@@ -156,6 +156,8 @@ def badness(r: PairResult) -> float:
 
 def _pair_mode(mode: str, g: Record, t: Record) -> tuple[str | None, str]:
     """The mode a pair is compared in, or (None, why not)."""
+    if g.data is not None and t.data is not None and (mode == "auto" or mode == "tensor"):
+        return "tensor", ""  # most pairs, decided without building the table below
     have = {
         "tensor": g.data is not None and t.data is not None,
         "stats": g.stats is not None and t.stats is not None,
@@ -284,8 +286,6 @@ def _as_dump(d: Dump | str | os.PathLike[str]) -> Dump:
 
 
 def _nbytes(r: Record) -> int:
-    from ..store.format import numpy_dtype
-
     return r.numel * numpy_dtype(r.dtype).itemsize if r.data is not None else 0
 
 
