@@ -136,7 +136,9 @@ def test_rows_written_column_wise_equal_the_cell_by_cell_writers(tmp_path):
     gp, tp = _dumps(tmp_path, n=40)
     write_dump(tmp_path / "t2", [Tensor(f"m.{i}", "Op", "output", "0", a) for i, (_, a) in enumerate(_mixed())]
                + [Tensor("extra", "Op", "output", "0", np.ones(3, np.float32))])
-    results = compare(gp, tmp_path / "t2", workers=1).results + compare(gp, tp, workers=1).results
+    cmp = compare(gp, tmp_path / "t2", workers=1)
+    cmp.results = cmp.results + compare(gp, tp, workers=1).results
+    results = cmp.results
     results[0].metrics["cosine"] = np.float32(0.5)  # a numpy scalar, as a foreign caller might leave
     results[1].metrics["max_abs_err"] = np.float64("inf")
     assert {r.status for r in results} >= {"compared", "unmatched"}
@@ -148,7 +150,7 @@ def test_rows_written_column_wise_equal_the_cell_by_cell_writers(tmp_path):
     enc = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=str)
     assert [compact(pair_json(r)) for r in results] == [enc.encode(clean(pair_json(r))) for r in results]
     letters = [xlsx.col_letter(j) for j in range(len(cols))]
-    sheet = [p for p in xlsx._sheet(type("C", (), {"results": results})(), cols, "Z9", len(results) + 1)
+    sheet = [p for p in xlsx._sheet(cmp, cols, "Z9", len(results) + 1)
              if p.startswith("<row r=") and p != '<row r="1">']
     assert len(sheet) == len(results)
     for i, r in enumerate(results, start=2):
@@ -178,3 +180,20 @@ def test_header_entries_checked_in_bulk_agree_with_the_field_by_field_check():
         else:
             assert fast == checked, info
     assert V._entry_fast(sound, 100, 200) == ("float32", (2, 3), 108, 132)
+
+
+def test_rows_of_every_step_lead_with_rank_and_step(tmp_path):
+    """A multi-step comparison's table rows (Rank, Step, then the pair's columns) equal the per-cell rows."""
+    from opdiff.report.table import table_columns, table_rows, table_value_rows
+    from opdiff.testing.synthetic import write_run
+
+    pairs = _mixed()[:5]
+    for side, k in (("g", 0), ("t", 1)):
+        write_run(tmp_path / side, {(0, s): [Tensor(f"m.{i}", "Op", "output", "0", p[k] * (s + 1))
+                                             for i, p in enumerate(pairs) if p[k].size] for s in (0, 1)})
+    cmp = compare(tmp_path / "g", tmp_path / "t", workers=1)
+    assert cmp.other_steps
+    cols = table_columns(cmp)
+    assert cols[:2] == ["Rank", "Step"]
+    got = [(r.index, v) for r, v in table_value_rows(cmp, cols)]
+    assert got == [(r.index, [d[c] for c in cols]) for r, d in table_rows(cmp, cols)] and len(got) == 2 * len(pairs)

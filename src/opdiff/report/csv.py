@@ -6,14 +6,15 @@ import csv
 import os
 
 from ..compare.run import Comparison
-from .table import columns, rows
+from .table import table_columns, table_value_rows
 
 
 def write_csv(cmp: Comparison, path: str | os.PathLike[str]) -> None:
-    """Write the comparison table as CSV (UTF-8, header row first)."""
-    cols = columns(cmp.results)
+    """Write the comparison table as CSV (UTF-8, header row first; every step, with Rank and Step columns
+    when the comparison covers more than one)."""
+    cols = table_columns(cmp)
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(cols)
         # csv writes each cell as csv_cell does (floats by repr: nan, inf, -inf; None empty; bools True/False)
-        w.writerows(rows(cmp.results, cols))
+        w.writerows(values for _, values in table_value_rows(cmp, cols))

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..base.pair import PairResult
 from ..base.vocab import FAIL, NA, PASS, WARNING
+from ..compare.run import Comparison
 from ..metrics import names as M
 
 ID_COLUMNS = (
@@ -83,3 +84,44 @@ def rows(results: Iterable[PairResult], cols: list[str]) -> Iterator[list[Any]]:
 
 
 _FIXED = frozenset(ID_COLUMNS + TAIL_COLUMNS)  # the columns `row` fills whatever the metrics
+
+
+STEP_COLUMNS = ("Rank", "Step")  # first columns of a multi-step comparison's table: which part a row belongs to
+
+
+def parts(cmp: Comparison) -> list[tuple[tuple[int, int], Comparison]]:
+    """Every (rank, step) part a comparison covers, in step order: the reports show each of them."""
+    return sorted(cmp.by_step().items(), key=lambda kv: (kv[0][1], kv[0][0]))
+
+
+def all_results(cmp: Comparison) -> list[PairResult]:
+    """The pairs of every step, step after step."""
+    return [r for _, c in parts(cmp) for r in c.results]
+
+
+def table_columns(cmp: Comparison) -> list[str]:
+    """The table's columns: `columns` over every step, led by Rank and Step when there is more than one."""
+    cols = columns(all_results(cmp))
+    return [*STEP_COLUMNS, *cols] if cmp.other_steps else cols
+
+
+def table_rows(cmp: Comparison, cols: list[str]) -> Iterator[tuple[PairResult, dict[str, Any]]]:
+    """(pair, column -> value) for every pair of every step, step after step."""
+    own = [c for c in cols if c not in STEP_COLUMNS]
+    for (rank, step), c in parts(cmp):
+        for r in c.results:
+            values = row(r, own)
+            if cmp.other_steps:
+                values["Rank"], values["Step"] = rank, step
+            yield r, values
+
+
+def table_value_rows(cmp: Comparison, cols: list[str]) -> Iterator[tuple[PairResult, list[Any]]]:
+    """(pair, its values in the order of `cols`) for every pair of every step, as table_rows gives them, with
+    the columns resolved once (`rows`): what the CSV and XLSX writers write."""
+    own = [c for c in cols if c not in STEP_COLUMNS]
+    lead = [c for c in cols if c in STEP_COLUMNS]  # table_columns puts Rank and Step first
+    for (rank, step), c in parts(cmp):
+        at = {"Rank": rank, "Step": step}
+        for r, values in zip(c.results, rows(c.results, own)):
+            yield r, [at[k] for k in lead] + values if lead else values

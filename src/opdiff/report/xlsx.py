@@ -14,11 +14,12 @@ import os
 import re
 import zipfile
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 from ..base.vocab import FAIL, PASS, WARNING
 from ..compare.run import Comparison
-from .table import columns, rows
+from .table import all_results, table_columns, table_value_rows
 
 FILLS = {PASS: "C6EFCE", WARNING: "FFEB9C", FAIL: "FFC7CE"}  # Excel's good / neutral / bad fills
 MAX_ROWS = 1 << 20  # Excel's sheet limit, header included: the CSV and JSON reports hold every row
@@ -127,10 +128,9 @@ def _sheet(cmp: Comparison, cols: list[str], last: str, nrows: int) -> Iterator[
     yield '</cols><sheetData><row r="1">'
     yield "".join(_cell(f"{a}1", c, ' s="1"') for a, c in zip(letters, cols))
     yield "</row>"
-    shown = cmp.results[:nrows - 1]
     repeats = [c not in _UNIQUE for c in cols]  # columns whose texts repeat from row to row
     texts: dict[str, str] = {}  # a repeating text -> its cell after the reference and style
-    for i, r, values in zip(range(2, nrows + 1), shown, rows(shown, cols)):
+    for i, (r, values) in enumerate(islice(table_value_rows(cmp, cols), nrows - 1), start=2):
         st = _STYLE.get(r.result, 0)
         s = f' s="{st}"' if st else ""
         yield f'<row r="{i}">' + "".join(_cells(i, s, letters, values, repeats, texts)) + "</row>"
@@ -161,9 +161,10 @@ def _cells(i: int, s: str, letters: list[str], values: list[Any], repeats: list[
 
 
 def write_xlsx(cmp: Comparison, path: str | os.PathLike[str]) -> None:
-    """Write the comparison table as one sheet "compare" (at most MAX_ROWS rows, Excel's limit)."""
-    cols = columns(cmp.results)
-    nrows = min(len(cmp.results) + 1, MAX_ROWS)
+    """Write the comparison table as one sheet "compare" (at most MAX_ROWS rows, Excel's limit; every step,
+    with Rank and Step columns when the comparison covers more than one)."""
+    cols = table_columns(cmp)
+    nrows = min(len(all_results(cmp)) + 1, MAX_ROWS)
     last = f"{col_letter(len(cols) - 1)}{nrows}"
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
         zf.writestr("[Content_Types].xml", _CONTENT_TYPES)
