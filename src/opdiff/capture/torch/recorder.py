@@ -18,9 +18,10 @@ from ...base.record import Record, Stats
 from ...store.names import node_name, record_name
 from ...store.stats import content_hash
 from ...store.writer import DumpWriter
+from ..stats_kernel import array_stats, copy_with_stats
 from .layout import unwrap
 from .naming import Counters
-from .tensors import DeferredStats, dense_flat, dtype_name, hash_of, host_copy, stats_of
+from .tensors import DeferredStats, as_numpy, dense_flat, dtype_name, hash_of, host_contiguous, stats_of
 
 _PRODUCING = ("output", "parameter")  # roles whose record becomes the src of later uses of the tensor
 BLOCK_CACHE_MIN = 1 << 14  # smaller tensors are cheaper to measure than to look up
@@ -164,8 +165,11 @@ class Recorder:
             return rec
         array = None
         if self.mode == "tensor":
-            array, rec.stats = host_copy(t, name)
-            rec.hash = content_hash(array, name, rec.shape)
+            array, rec.stats, rec.hash, stored = self._data(t, name, rec.shape)
+            if stored is not None:  # the run already holds these bytes: point at them
+                self._remember(ident, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
+                self.writer.add(rec, None, same_data_as=stored)
+                return rec
         else:
             rec.stats = self._stats(t, name)
             if self.mode == "hash":
@@ -173,6 +177,25 @@ class Recorder:
         self._remember(ident, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
         self.writer.add(rec, array)
         return rec
+
+    def _data(self, t: torch.Tensor, name: str, shape: tuple[int, ...]) -> tuple[Any, Stats, str, Record | None]:
+        """Tensor mode: (array to store, statistics, content hash, None), or (None, its statistics, hash, the
+        record already storing the same bytes) when the run holds them (docs/format.md, "Data").
+
+        The hash is taken from the tensor in place, so bytes already stored (a parameter unchanged since the
+        last step) are neither copied nor measured again; new bytes are copied (the model may change the
+        tensor later) with their statistics in the same pass."""
+        h = host_contiguous(t)
+        view = as_numpy(h, name)
+        hsh = content_hash(view, name, shape)
+        stored = self.writer.stored(name, shape, hsh)
+        if stored is not None and stored.stats is not None:
+            return None, stored.stats, hsh, stored
+        if h.data_ptr() == t.data_ptr() or h.numel() == 0:
+            array, stats = copy_with_stats(view, name)
+        else:  # already a copy of ours (another device, a strided tensor made contiguous)
+            array, stats = view, array_stats(view, name)
+        return array, stats, hsh, None
 
     def _stats(self, t: torch.Tensor, name: str) -> Stats:
         """Statistics, reused for a view or reshape of a tensor already measured (same elements in memory).
