@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from sys import intern
 from typing import Any
 
@@ -28,7 +28,9 @@ class Stats:
     zeros: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The ten fields as a dict (by hand: dataclasses.asdict deep-copies, ~20x slower, once per record)."""
+        return {"numel": self.numel, "min": self.min, "max": self.max, "mean": self.mean, "std": self.std,
+                "norm": self.norm, "nan": self.nan, "posinf": self.posinf, "neginf": self.neginf, "zeros": self.zeros}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Stats:
