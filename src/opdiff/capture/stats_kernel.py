@@ -251,7 +251,7 @@ def _at(addr, n, witness):
 def _at_impl(addr, n, witness):
     if isinstance(witness, types.NoneType):
         return lambda addr, n, witness: None
-    return lambda addr, n, witness: nb.carray(_address(addr), n, witness.dtype)
+    return lambda addr, n, witness: nb.carray(_address(addr), n, witness.dtype)  # type: ignore[call-arg]  # numba passes typingctx
 
 
 @nb.njit(cache=True, nogil=True)
