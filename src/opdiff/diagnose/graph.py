@@ -18,9 +18,11 @@ from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.vocab import MATCH_SEQUENCE
 from ..metrics import names as M
+from ..metrics.masks import mask_pair, masked_error
 from ..metrics.thresholds import unit
 from ..store import Dump
-from .noise import mask_pair, masked_error, pair_error
+from .inplace import inplace_error
+from .noise import pair_error
 
 
 @dataclass
@@ -239,6 +241,11 @@ class Graph:
         return out
 
 
+def identity_key(r: Record | None) -> tuple[object, ...] | None:
+    """What recognises the same tensor passed on unchanged (content hash, or shape+statistics)."""
+    return _identity_key(r)
+
+
 def _identity_key(r: Record | None) -> tuple[object, ...] | None:
     """What recognises the same tensor passed on unchanged (content hash, or shape+statistics)."""
     if r is None:
@@ -253,6 +260,8 @@ def _identity_key(r: Record | None) -> tuple[object, ...] | None:
 
 def _error(p: PairResult, golden: Dump | None, target: Dump | None) -> float | None:
     """A pair's relative error; masks are compared on their unmasked elements when data is at hand."""
+    if p.golden is None:
+        return inplace_error(p, golden, target)  # an input the target's call changed in place (else None)
     if p.target is not None and p.target.role == "output" and p.target.src:
         return None  # an output recorded as an alias of an earlier tensor (in-place op): its values are not its own
     err = pair_error(p)
@@ -351,11 +360,16 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
 
 
 def _nest(nodes: list[Node]) -> None:
-    """Parent of each node: the innermost call whose span of records encloses it."""
+    """Parent of each node: the innermost call whose span of records encloses it. The root model's module call
+    is the outermost call by definition, even where its records span little (a module-level backward pass:
+    its output gradient is recorded once the first child's hook has fired)."""
     stack: list[Node] = []
     for n in sorted(nodes, key=lambda n: (n.start, -n.end)):
         while stack and stack[-1].end < n.start:
             stack.pop()
+        if n.module == "" and n.level == "module":
+            stack.append(n)
+            continue
         if stack and stack[-1].start <= n.start and n.end <= stack[-1].end:
             n.parent = stack[-1].id
             stack[-1].children.append(n.id)
