@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import textwrap
 from pathlib import Path
 
 import click
@@ -30,7 +31,20 @@ class WholeHelpGroup(click.Group):
                 if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
         if rows:
             with formatter.section("Commands"):
-                formatter.write_dl(rows)
+                _write_rows(formatter, rows)
+
+
+def _write_rows(formatter: click.HelpFormatter, rows: list[tuple[str, str]]) -> None:
+    """click's definition list, wrapped without breaking at hyphens: an option named in a summary
+    (`--no-patch`) stays whole on one line."""
+    indent = formatter.current_indent
+    first = max(len(name) for name, _ in rows) + 2
+    width = max((formatter.width or 80) - indent - first, 20)
+    for name, text in rows:
+        lines = textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False) or [""]
+        formatter.write(f"{'':{indent}}{name:<{first}}{lines[0]}\n")
+        for line in lines[1:]:
+            formatter.write(f"{'':{indent + first}}{line}\n")
 
 
 @click.group(cls=WholeHelpGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
