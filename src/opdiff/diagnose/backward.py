@@ -65,3 +65,4 @@ def attach_param_grads(graph: Graph) -> None:
             graph.tensors[tid].node = owner
             graph.nodes[owner].outputs.append(tid)
         node.outputs = []
+    graph.changed()

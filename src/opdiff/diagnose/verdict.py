@@ -222,7 +222,7 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
         "error_units": _num(_run_units(own, noise)),
         "cosine": own.pair.metrics.get(M.COSINE) if own is not None else None}]
     groups = [culprit.module]  # the module at the culprit's depth each entry stands for
-    for t in sorted((x for x in graph.tensors if x.target is not None and x.role == "output"), key=lambda x: x.order):
+    for t in (x for x in graph.in_order() if x.role == "output"):
         if t.order < start_order or t.err is None or noise.agrees(t.err, t.unit):
             continue
         node = graph.nodes[t.node]
@@ -242,7 +242,7 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
 
 
 def _first_divergence(graph: Graph, noise: Noise) -> Tensor | None:
-    for t in sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order):
+    for t in graph.in_order():
         if t.err is not None and not noise.agrees(t.err, t.unit):
             return t
     return None
@@ -311,7 +311,7 @@ def _first_compare_fail(graph: Graph, noise: Noise) -> Tensor | None:
     """The earliest pair compare judges FAIL although nothing it is computed from fails, and whose error
     reaches what reads it: an error of its own at compare's rule (compare's thresholds are per dtype;
     diagnose's calibrated floor may be wider). An output nothing reads stays no culprit."""
-    for t in sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order):
+    for t in graph.in_order():
         node = graph.node_of(t)
         if t.pair.result != FAIL or t.err is None or t.err <= t.unit or node is None or \
                 node.id == graph.root and t.role == "input":
@@ -466,7 +466,7 @@ def _output_errors(graph: Graph) -> list[tuple[Tensor, float]]:
     if graph.root is not None:
         outs = [graph.tensors[i] for i in graph.nodes[graph.root].outputs]
     else:
-        outs = sorted((t for t in graph.tensors if t.target is not None and t.role == "output"), key=lambda t: t.order)[-4:]
+        outs = [t for t in graph.in_order() if t.role == "output"][-4:]
     return [(t, t.err) for t in outs if t.err is not None and math.isfinite(t.err) and t.unit > 0]
 
 
