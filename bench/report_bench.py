@@ -71,7 +71,7 @@ def load_time(html: Path, repeat: int) -> list[dict[str, float]]:
             page.goto(html.as_uri(), timeout=300_000)
             page.wait_for_selector("body[data-chart=drawn]", timeout=300_000)
             wall = time.perf_counter() - t0
-            page.wait_for_selector("body[data-ready='1']", timeout=300_000)
+            page.wait_for_selector("body[data-ready]", state="attached", timeout=300_000)
             stamps = page.evaluate("window.opdiff.timing")
             out.append({"wall": wall, **{k: v / 1000 for k, v in stamps.items()}})
             page.close()

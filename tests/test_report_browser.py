@@ -47,6 +47,7 @@ def page(report):
         pg.on("request", lambda r: errors.append(f"request {r.url}") if not r.url.startswith(("file:", "data:", "blob:")) else None)
         pg.goto(report.as_uri())
         pg.wait_for_selector("body[data-chart=drawn]", timeout=60_000)
+        pg.wait_for_selector("body[data-ready]", state="attached", timeout=60_000)  # tree, details, all metrics
         pg.errors = errors
         yield pg
         browser.close()

@@ -61,7 +61,8 @@ def page(doc: dict[str, Any], plotly: str | None) -> str:
         # not run as the page loads (plotly takes seconds to start): report.js runs it for the pair charts
         f"<script type='text/plain' id='opdiff-plotly'>{js}</script>" if plotly else "",
         "</head><body>", _BODY,
-        f"<script type='application/octet-stream' id='opdiff-data'>{html_data.encode(doc)}</script>",
+        *(f"<script type='application/octet-stream' id='{name}'>{html_data.encode(part)}</script>"
+          for name, part in zip(("opdiff-data", "opdiff-data-more"), html_data.split(doc))),
         f"<script>{_asset('chart.js')}</script><script>{_asset('report.js')}</script></body></html>",
     ])
 

@@ -36,8 +36,8 @@
   const fmtU = (e) => (e === null || e === undefined ? "-" : fmt(e, 3) + " u");
 
   // --- loading ---
-  async function load() {
-    const bin = atob($("opdiff-data").textContent.trim());
+  async function load(id) {  // one of the page's two documents (report/html_data.split)
+    const bin = atob($(id).textContent.trim());
     const bytes = new Uint8Array(bin.length);  // a plain loop: Uint8Array.from with a callback per byte is slow
     for (let k = 0; k < bin.length; k++) bytes[k] = bin.charCodeAt(k);
     const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
@@ -292,14 +292,14 @@
       `<tr><td>match / status</td><td>${brk(R.match[i])} / ${brk(R.status[i])}</td></tr>` +
       `<tr><td>error</td><td>${fmtU(R.eu[i])}</td></tr><tr><td>Cosine</td><td id="d-cos">${fmtCos(R.omc[i])}</td></tr>`;
     for (const k of Object.keys(M)) if (M[k][i] !== null && M[k][i] !== undefined) h += `<tr><td>${esc(k)}</td><td class="mono">${fmt(M[k][i], 6)}</td></tr>`;
-    if (R.msg[i]) h += `<tr><td>note</td><td>${brk(R.msg[i])}</td></tr>`;
+    if (R.msg && R.msg[i]) h += `<tr><td>note</td><td>${brk(R.msg[i])}</td></tr>`;
     h += "</table></div>";
     const s = S.doc.samples[String(i)];
     h += (s && !$("opdiff-plotly") && !window.Plotly ? '<p class="muted">The sample charts need plotly (pip install "opdiff[report]") when the report is written.</p>' : "") +
       (s ? `<div id="pairplots"><div id="pp-scatter"></div><div id="pp-hist"></div></div>` :
       '<p class="muted">No value sample stored for this pair (samples are kept for the diagnosis\' tensors and the worst pairs).</p>') + "</div>";
     $("details").innerHTML = h;
-    if (s && needPlotly()) {
+    if (s && !S.later && needPlotly()) {
       const g = s.g.map(num), t = s.t.map(num);
       const lo = Math.min(...g.filter(Number.isFinite)), hi = Math.max(...g.filter(Number.isFinite));
       // small charts: titles on the left, no plotly toolbar over them (drag zooms, double-click resets)
@@ -353,21 +353,28 @@
   async function main() {
     const t0 = performance.now(), T = window.opdiff.timing;  // ms since navigation started
     T.script = t0;
-    try { S.doc = await load(); } catch (e) { $("diag").innerHTML = `<p class="warn">This browser cannot read the report's data (${esc(e)}); use a current Chrome, Firefox, Edge or Safari.</p>`; return; }
+    try { S.doc = await load("opdiff-data"); } catch (e) { $("diag").innerHTML = `<p class="warn">This browser cannot read the report's data (${esc(e)}); use a current Chrome, Firefox, Edge or Safari.</p>`; return; }
     T.decoded = performance.now();
     S.n = S.doc.records.name.length;
     header(); renderDiagnosis(S.doc.diagnosis); initFilters(); initTable();
+    T.init = performance.now();
     // the chart and the table's first rows first; the tree and the opening selection right after they are drawn
-    S.pending = () => {
-      T.plotly = performance.now(); needPlotly(); T.plotly = performance.now() - T.plotly;
+    S.pending = async () => {
+      try { const more = await load("opdiff-data-more"); Object.assign(S.doc.metrics, more.metrics); S.doc.records.msg = more.msg; }
+      catch (e) { S.doc.records.msg = []; }  // the details then show the table's metrics only
+      T.more = performance.now();
       initTree();
       const start = S.doc.culprit ?? S.doc.first_fail;
+      S.later = true;  // the opening pair's sample charts wait for plotly, started below
       if (start != null) select(start, "start");
+      S.later = false;
       window.opdiff.loadMs = performance.now() - t0;
       T.ready = performance.now();
       document.body.dataset.ready = "1";
+      setTimeout(() => { if (needPlotly() && S.sel != null) renderDetails(S.sel); T.plotly = performance.now(); }, 0);
     };
     applyView();
+    T.view = performance.now();
   }
   window.opdiff = {state: S, select, selectByName, selectModule, fmt, fmtCos, timing: {}};
   document.addEventListener("DOMContentLoaded", main);
