@@ -295,10 +295,13 @@
     if (R.msg && R.msg[i]) h += `<tr><td>note</td><td>${brk(R.msg[i])}</td></tr>`;
     h += "</table></div>";
     const s = S.doc.samples[String(i)];
+    const wait = s && S.later && !window.Plotly && $("opdiff-plotly");  // the opening pair: plotly not started yet
     h += (s && !$("opdiff-plotly") && !window.Plotly ? '<p class="muted">The sample charts need plotly (pip install "opdiff[report]") when the report is written.</p>' : "") +
+      (wait ? '<p class="muted" id="pp-later"><a href="#" id="pp-draw">Draw the sample charts</a> (plotly starts when a pair is first opened: a few seconds)</p>' : "") +
       (s ? `<div id="pairplots"><div id="pp-scatter"></div><div id="pp-hist"></div></div>` :
       '<p class="muted">No value sample stored for this pair (samples are kept for the diagnosis\' tensors and the worst pairs).</p>') + "</div>";
     $("details").innerHTML = h;
+    if (wait) $("pp-draw").addEventListener("click", (e) => { e.preventDefault(); needPlotly(); renderDetails(i); });
     if (s && !S.later && needPlotly()) {
       const g = s.g.map(num), t = s.t.map(num);
       const lo = Math.min(...g.filter(Number.isFinite)), hi = Math.max(...g.filter(Number.isFinite));
@@ -365,12 +368,13 @@
       T.more = performance.now();
       initTree();
       const start = S.doc.culprit ?? S.doc.first_fail;
-      S.later = true;  // the opening pair's sample charts wait for plotly, started below
+      S.later = true;  // the opening pair's sample charts wait for plotly, started once the page is ready
       if (start != null) select(start, "start");
       S.later = false;
       window.opdiff.loadMs = performance.now() - t0;
       T.ready = performance.now();
       document.body.dataset.ready = "1";
+      // then plotly (seconds to start on a slow machine; the page is frozen meanwhile) and the opening pair's charts
       setTimeout(() => { if (needPlotly() && S.sel != null) renderDetails(S.sel); T.plotly = performance.now(); }, 0);
     };
     applyView();
