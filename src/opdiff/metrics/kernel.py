@@ -3,7 +3,8 @@
 Each chunk (float32 or float64, both sides the same dtype) is folded in blocks of BLOCK elements
 into float64 accumulators by two vectorized loops per block (the sums and relative errors, then
 the KL terms; both read the block from L1), whatever the data: the KL log is computed with
-arithmetic and integer ops (no libm call, which would stop vectorization). nan/inf are found in
+arithmetic and integer ops (no libm call, which would stop vectorization), without the exponent split
+while every ratio of a block stays within sqrt2 (_kl_near: similar tensors). nan/inf are found in
 the same loop by integer tests on the bits; a block holding any is discarded and folded again by a
 careful scalar path that counts them and skips them. Maxima are taken over the int64 bit patterns
 of non-negative float64s (integer max reductions vectorize, float ones do not). All functions
@@ -25,6 +26,8 @@ from numba.extending import intrinsic, overload
 EPS64 = float(np.finfo(np.float64).eps)  # msprobe's FLOAT_EPSILON: the relative-error guard for golden == 0
 EPS32 = float(np.finfo(np.float32).eps)  # msaccucmp's floor of the normalized KL distributions
 KL_SERIES_MAX = 1e-3  # |x| below this: log1p(x) by a 4-term series (error < 1e-16 relative)
+PROBE = 512  # elements of a block the KL near path tries first (see _kl_sums)
+S_NEAR = 0.1716  # |s| = |a - b|/(a + b) up to this (a/b in [1/sqrt2, sqrt2], 3 - 2 sqrt2 = 0.17157): the KL series holds
 
 # float64 accumulator slots
 A_SUM_AD, A_SUM_D2, A_SUM_G2, A_SUM_T2, A_SUM_GT = 0, 1, 2, 3, 4
@@ -155,18 +158,88 @@ def _log_ratio_finish(e: float, s: float) -> float:
     return e * _LN2 + (s * z * q + 2.0 * s)
 
 
+@nb.njit(inline="always", fastmath=True)
+def _kl_ab(x: float, lo: float, inv: float) -> float:
+    """msaccucmp's normalized value of one element: (x - min) / (max - min), floored at eps32."""
+    a = (x - lo) * inv
+    return a if a > EPS32 else EPS32
+
+
+@nb.njit(inline="always", fastmath=True)
+def _kl_near(g: Chunk, t: Chunk, gmin: float, ginv: float, tmin: float, tinv: float
+             ) -> tuple[float, float, float, float, int]:
+    """The KL sums of a block whose ratios a/b all lie in [1/sqrt2, sqrt2] (|s| <= S_NEAR): then a - b is
+    exact (Sterbenz) and log(a/b) = 2 atanh(s) with s = (a - b)/(a + b), no exponent split. Returns
+    (A, B, S, D, elements outside that range): any makes S wrong, and S is computed the general way
+    (_kl_sums)."""
+    sa = sb = sl = sd = 0.0
+    far = 0
+    for i in range(g.size):
+        a = _kl_ab(np.float64(t[i]), tmin, tinv)
+        b = _kl_ab(np.float64(g[i]), gmin, ginv)
+        dd = a - b
+        sa += a
+        sb += b
+        sd += dd
+        s = dd / (a + b)
+        far += 1 if abs(s) > S_NEAR else 0
+        sl += a * _log_ratio_finish(0.0, s)
+    return sa, sb, sl, sd, far
+
+
+@nb.njit(inline="always", fastmath=True)
+def _kl_general(g: Chunk, t: Chunk, gmin: float, ginv: float, tmin: float, tinv: float
+                ) -> tuple[float, float, float, float, int]:
+    """The KL sums of any block (exponent split, _log_ratio_parts). Returns (A, B, S, D, elements whose
+    ratio a/b is outside [1/sqrt2, sqrt2]): none means the next block may try _kl_near."""
+    sa = sb = sl = sd = 0.0
+    far = 0
+    for i in range(g.size):
+        a = _kl_ab(np.float64(t[i]), tmin, tinv)
+        b = _kl_ab(np.float64(g[i]), gmin, ginv)
+        sa += a
+        sb += b
+        sd += a - b
+        e, num, sden = _log_ratio_parts(a, b)
+        far += 1 if e != 0.0 else 0
+        sl += a * _log_ratio_finish(e, num / sden)
+    return sa, sb, sl, sd, far
+
+
+@nb.njit(inline="always", fastmath=True)
+def _kl_sums(g: Chunk, t: Chunk, gmin: float, ginv: float, tmin: float, tinv: float, near: bool
+             ) -> tuple[float, float, float, float, int, bool]:
+    """The KL sums of one block by the near path when asked (`near`), else by the general one. The near
+    path first runs on the block's first PROBE elements: one outside its range there sends the whole
+    block to the general path at once (a pair far apart wastes PROBE elements of near work, not the
+    block). Returns (A, B, S, D, elements outside the near range, S valid); S is invalid only when the
+    near path met such an element after the probe (the caller then redoes S: _kl_redo)."""
+    if not near:
+        sa, sb, sl, sd, far = _kl_general(g, t, gmin, ginv, tmin, tinv)
+        return sa, sb, sl, sd, far, True
+    m = min(g.size, PROBE)
+    sa, sb, sl, sd, far = _kl_near(g[:m], t[:m], gmin, ginv, tmin, tinv)
+    if far > 0:
+        sa, sb, sl, sd, far = _kl_general(g, t, gmin, ginv, tmin, tinv)
+        return sa, sb, sl, sd, max(far, 1), True
+    if m == g.size:
+        return sa, sb, sl, sd, 0, True
+    sa2, sb2, sl2, sd2, far = _kl_near(g[m:], t[m:], gmin, ginv, tmin, tinv)
+    return sa + sa2, sb + sb2, sl + sl2, sd + sd2, far, far == 0
+
+
 @_jit_fast
-def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int, int, int, int]:
+def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64, near: bool
+                ) -> tuple[int, np.int64, int, int, bool, int, int, int]:
     """Every sum of one block into o (accumulator slots); returns (nan/inf seen, elements that differ,
-    KL terms the arithmetic log cannot take, max |t - g|, max r and max r over |g| > eps as int64 bits). Assumes nothing:
+    KL terms the arithmetic log cannot take, elements outside the near range, whether the KL sum S is
+    valid (see _kl_sums), max |t - g|, max r and max r over |g| > eps as int64 bits). Assumes nothing:
     the caller discards the block's sums when nan/inf were seen (fastmath makes them meaningless)."""
     s_ad = s_d2 = s_g2 = s_t2 = s_gt = 0.0
     s_gc = s_tc = s_gc2 = s_tc2 = 0.0
     s_rel = c1 = c5 = s_acc = 0.0
-    sa = sb = sl = sd = 0.0
     ndiff = np.int64(0)
     bad = 0
-    odd = 0
     m_ad = 0
     m_rel = 0
     m_acc = 0
@@ -208,17 +281,9 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int,
         m_acc = max(m_acc, _as_int(r) if ag > EPS64 else 0)
     # the KL terms in a second loop over the same block (in L1): one loop holding every sum runs
     # out of vector registers and is slower than the two
-    for i in range(g.size):
-        a = (np.float64(t[i]) - tmin) * tinv
-        a = a if a > EPS32 else EPS32
-        b = (np.float64(g[i]) - gmin) * ginv
-        b = b if b > EPS32 else EPS32
-        sa += a
-        sb += b
-        sd += a - b
-        odd += _is_nonfinite(a) + _is_nonfinite(b)  # the arithmetic log takes positive normal numbers only
-        e, num, sden = _log_ratio_parts(a, b)
-        sl += a * _log_ratio_finish(e, num / sden)
+    sa, sb, sl, sd, far, kl_ok = _kl_sums(g, t, gmin, ginv, tmin, tinv, near)
+    # a or b infinite (ranges far off the data) shows in their sums: checked once, not per element
+    odd = _is_nonfinite(sa) + _is_nonfinite(sb)
     o[A_SUM_AD] = s_ad
     o[A_SUM_D2] = s_d2
     o[A_SUM_G2] = s_g2
@@ -236,7 +301,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64) -> tuple[int, np.int64, int,
     o[A_KL_SB] = sb
     o[A_KL_SL] = sl
     o[A_KL_SD] = sd
-    return bad, ndiff, odd, m_ad, m_rel, m_acc
+    return bad, ndiff, odd, far, kl_ok, m_ad, m_rel, m_acc
 
 
 @nb.njit(inline="always")
@@ -268,15 +333,31 @@ def _bits(x: float) -> int:
     return _as_int(np.float64(x))
 
 
+@_jit_fast
+def _kl_redo(g: Chunk, t: Chunk, p: F64) -> float:
+    """S of a block the near path could not take, by the general path (fastmath, as _block_fast: without
+    it the loop does not vectorize and costs 8x; the block is known free of nan/inf here)."""
+    return _kl_general(g, t, p[P_GMIN], p[P_GINV], p[P_TMIN], p[P_TINV])[2]
+
+
 @_jit
 def chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int) -> bool:
     """Fold one block starting at flat index `base`; False (and nothing folded) when it holds nan/inf."""
+    return _chunk_fast(g, t, p, acc, cnt, o, base, False) >= 0
+
+
+@_jit
+def _chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int, near: bool) -> int:
+    """chunk_fast, with the KL path to try (`near`): -1 when the block holds nan/inf (nothing folded),
+    else 1 when the next block should try the near path, 0 when not."""
     n = g.size
-    bad, ndiff, odd, m_ad, m_rel, m_acc = _block_fast(g, t, p, o)
+    bad, ndiff, odd, far, kl_ok, m_ad, m_rel, m_acc = _block_fast(g, t, p, o, near)
     if bad > 0:
-        return False
+        return -1
     if odd > 0:
         o[A_KL_SL] = _kl_far(g, t, p)
+    elif not kl_ok:
+        o[A_KL_SL] = _kl_redo(g, t, p)
     for k in range(A_MAX_AD):
         acc[k] += o[k]
     acc[A_KL_SD] += o[A_KL_SD]
@@ -295,7 +376,7 @@ def chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int
         acc[A_MAX_REL] = _as_float(m_rel)
     if m_acc > _bits(acc[A_MAX_ACC]):
         acc[A_MAX_ACC] = _as_float(m_acc)
-    return True
+    return 1 if far == 0 else 0
 
 
 @_jit
@@ -303,12 +384,16 @@ def fold(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int) -> N
     """Fold a chunk of any length in cache-sized blocks (BLOCK): one fused vectorized loop per
     block, the careful element-by-element path for blocks holding nan/inf. `o` is scratch (N_ACC)."""
     n = g.size
+    near = True  # similar tensors keep every ratio a/b near 1: the cheaper KL path, until a block says not
     for s in range(0, n, BLOCK):
         e = min(n, s + BLOCK)
         gs = g[s:e]
         ts = t[s:e]
-        if not chunk_fast(gs, ts, p, acc, cnt, o, base + s):
+        got = _chunk_fast(gs, ts, p, acc, cnt, o, base + s, near)
+        if got < 0:
             chunk_careful(gs, ts, p, acc, cnt, base + s)
+        else:
+            near = got > 0
 
 
 @_jit
