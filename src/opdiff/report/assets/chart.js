@@ -4,7 +4,7 @@
    into a range of pairs, double-click shows all again, a legend entry hides or shows its verdict. */
 "use strict";
 window.opdiffChart = function (box, opt) {
-  const M = {l: 64, r: 12, t: 30, b: 42}, H = 380, SUP = "⁰¹²³⁴⁵⁶⁷⁸⁹";
+  const M = {l: 64, r: 12, t: 16, b: 40}, H = 316, SUP = "⁰¹²³⁴⁵⁶⁷⁸⁹";
   const legend = document.createElement("div"), canvas = document.createElement("canvas"), tip = document.createElement("div");
   legend.className = "legend"; tip.className = "tip"; canvas.style.width = "100%"; canvas.style.height = H + "px";
   box.style.position = "relative"; box.append(legend, canvas, tip);
