@@ -214,7 +214,6 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
     """From the culprit to the model output: diverging calls, one per module at the culprit's level
     (the last diverging call of each), each named by its own module, errors in one unit (_run_units)."""
     comps = culprit.module.split(".") if culprit.module else []
-    prefixes = {".".join(comps[:i]) for i in range(len(comps) + 1)}
     own = next((graph.tensors[i] for i in culprit.outputs if graph.tensors[i].err is not None), None)
     entries: list[dict[str, Any]] = [{
         "module": culprit.module, "node": culprit.name, "op": culprit.op,
@@ -222,13 +221,20 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
         "error_units": _num(_run_units(own, noise)),
         "cosine": own.pair.metrics.get(M.COSINE) if own is not None else None}]
     groups = [culprit.module]  # the module at the culprit's depth each entry stands for
+    keys: dict[str, str] = {}  # module -> its group key (computed once per module)
     for t in (x for x in graph.in_order() if x.role == "output"):
         if t.order < start_order or t.err is None or noise.agrees(t.err, t.unit):
             continue
         node = graph.nodes[t.node]
-        mc = node.module.split(".") if node.module else []
-        depth = max(i for i in range(len(mc) + 1) if ".".join(mc[:i]) in prefixes)
-        key = ".".join(mc[: depth + 1])
+        key = keys.get(node.module)
+        if key is None:
+            mc = node.module.split(".") if node.module else []
+            depth = 0  # how many leading parts it shares with the culprit's module (the deepest module enclosing both)
+            for part, cpart in zip(mc, comps):
+                if part != cpart:
+                    break
+                depth += 1
+            key = keys[node.module] = ".".join(mc[: depth + 1])
         entry = {"module": node.module, "node": node.name, "op": node.op, "record": t.rec.name,
                  "error_units": _num(_run_units(t, noise)), "cosine": t.pair.metrics.get(M.COSINE)}
         if groups[-1] == key:
