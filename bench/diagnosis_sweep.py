@@ -9,12 +9,14 @@ OUT/cases/ and skipped on the next run. docs/diagnose.md ("Sweep") has the figur
 
     PYTHONPATH=src python bench/diagnosis_sweep.py --out /tmp/sweep --workers 2
     PYTHONPATH=src python bench/diagnosis_sweep.py --archs gpt2,llama --classes norm_eps,swap_qk --levels module
+    PYTHONPATH=src python bench/diagnosis_sweep.py --out /tmp/sweep --scheduler local:2    # or tcp://host:8786
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -41,11 +43,18 @@ def main() -> int:
     ap.add_argument("--levels", default="module,api,aten")
     ap.add_argument("--precisions", default="fp32,bf16", help="the target's dtype: fp32, bf16")
     ap.add_argument("--workers", type=int, default=1, help="worker processes")
+    ap.add_argument("--scheduler", metavar="ADDRESS|local:N",
+                    help="run the cases on Dask distributed: a scheduler address, or local:N worker processes here "
+                         "(as `opdiff compare --scheduler`); each case in a fresh process, resumable as with --workers")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per case")
     ap.add_argument("--limit", type=int, help="run at most this many cases (after selection)")
     ap.add_argument("--shuffle", type=int, metavar="SEED", help="run the cases in a seeded random order (a cut-off run is a fair sample)")
+    ap.add_argument("--patch", action="store_true",
+                    help="also confirm each case by patching (diagnose_models' proof); graded as `patch.grade` per case")
     ap.add_argument("--report-only", action="store_true", help="tabulate the cases already in --out, run nothing")
     args = ap.parse_args()
+    if args.patch:
+        os.environ["OPDIFF_SWEEP_PATCH"] = "1"  # read by the workers (testing/sweep/case.py)
 
     names = _pick(args.archs, archs.ARCHS, "architecture")
     if args.families:
@@ -67,14 +76,16 @@ def main() -> int:
         recs = [json.loads((Path(args.out) / "cases" / f"{c.id}.json").read_text()) for c in todo
                 if (Path(args.out) / "cases" / f"{c.id}.json").exists()]
     else:
+        where = f"Dask {args.scheduler}" if args.scheduler else f"{args.workers} worker(s)"
         print(f"{len(todo)} cases ({len(names)} architectures x {len(klasses)} classes x {len(levels)} levels x "
-              f"{len(precisions)} precisions), {args.workers} worker(s), out {args.out}", flush=True)
+              f"{len(precisions)} precisions), {where}, out {args.out}", flush=True)
 
         def progress(rec, i, n):
             print(f"[{i}/{n}] {rec['id']}: {rec['grade']} {rec.get('verdict') or ''} {rec.get('culprit') or ''} "
                   f"({rec.get('seconds', 0):.1f} s)", flush=True)
 
-        recs = runner.run(todo, args.out, workers=args.workers, timeout=args.timeout, progress=progress)
+        recs = runner.run(todo, args.out, workers=args.workers, timeout=args.timeout, progress=progress,
+                          scheduler=args.scheduler)
     wall = time.perf_counter() - t0
     report(recs, args.out, wall)
     return 0

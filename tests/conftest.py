@@ -51,7 +51,7 @@ SLOW_MODULES = frozenset({
     "test_scale_dask", "test_tf_vs_torch", "test_trust_agree", "test_trust_cases", "test_trust_fuzz",
     "test_trust_kill", "test_deferred_stats", "test_capture_cli", "test_report_explorer", "test_format_safetensors",
     "test_unmatched_rule", "test_tfdbg_modes", "test_ge_fusion", "test_ge_torchair", "test_ge_msaccucmp",
-    "test_model_as_found", "test_diagnose_patch", "test_diagnose_classes",
+    "test_model_as_found", "test_diagnose_patch", "test_diagnose_classes", "test_patch_search",
 })
 
 

@@ -3,6 +3,9 @@ did not look at, and the two agree, whatever the fault, level or pass where it s
 
 from __future__ import annotations
 
+import csv
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -64,7 +67,15 @@ def test_cli_compare_and_diagnose_agree_on_a_later_step(tmp_path, opdiff_cli):
     _run(t, "module", 2, False)
     r = opdiff_cli("compare", g, t, "-o", tmp_path / "o", "--no-progress", "--format", "json")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "FAIL at step(s) 2" in r.stdout
+    assert "at step(s) 2" in r.stdout and "first diverges at step 2" in r.stdout
+    doc = json.loads((tmp_path / "o" / "compare.json").read_text())  # the report shows every step, not the first
+    assert sorted({p["step"] for p in doc["pairs"]}) == [0, 1, 2]
+    assert [s["passed_thresholds"] for s in doc["summary"]["steps"]] == [True, True, False]
+    assert doc["summary"]["gate"]["step"] == 2 and doc["summary"]["gate"]["culprit"] == "norm"
+    rc = opdiff_cli("compare", g, t, "-o", tmp_path / "oc", "--no-progress", "--format", "csv")
+    rows = list(csv.DictReader((tmp_path / "oc" / "compare.csv").open()))
+    assert rc.returncode == 1 and {r["Step"] for r in rows} == {"0", "1", "2"}
+    assert {r["Step"] for r in rows if r["Result"] == "FAIL"} == {"2"}
     r0 = opdiff_cli("compare", g, t, "-o", tmp_path / "o0", "--no-progress", "--format", "json", "--step", "0")
     assert r0.returncode == 0, r0.stdout + r0.stderr  # --step narrows to that step, as before
     d = opdiff_cli("diagnose", g, t, "--no-replay")

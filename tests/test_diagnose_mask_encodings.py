@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from opdiff.diagnose.noise import masked_error
+from opdiff.metrics.masks import masked_error
 
 
 def _masks(keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -30,3 +30,13 @@ def test_bool_and_additive_masks_differing_in_one_element_disagree():
     bias = additive.copy()
     bias[keep] = 0.5  # an additive bias, not a mask: never equal to a boolean mask
     assert masked_error(bias, keep, "float32", "bool") == 1.0
+
+
+def test_an_fp16_fill_cast_up_to_fp32_is_still_a_fill():
+    keep = np.tril(np.ones((2, 6, 6), dtype=bool))
+    scores = np.random.default_rng(0).standard_normal((2, 6, 6)).astype(np.float32)
+    golden = np.where(keep, scores, np.finfo(np.float32).min).astype(np.float32)
+    target = np.where(keep, scores + 1e-4, np.finfo(np.float16).min).astype(np.float32)  # an fp16 model's mask, upcast
+    assert 0 < masked_error(golden, target, "float32", "float32") < 1e-3
+    big = np.where(keep, scores, -40000.0).astype(np.float32)  # large values, but no narrower dtype's finfo.min
+    assert masked_error(golden, big, "float32", "float32") == 1.0

@@ -29,7 +29,7 @@ def opdiff(*args) -> subprocess.CompletedProcess:
 
 
 CASES = [("next_step_forward", "module"), ("next_step_forward", "aten"), ("backward_only", "module"),
-         ("backward_only", "aten"), ("optimizer_lr", "module"), ("optimizer_lr", "aten"), ("rotary_shared", "module"),
+         ("backward_only", "aten"), ("backward_only", "api"), ("optimizer_lr", "module"), ("optimizer_lr", "aten"), ("rotary_shared", "module"),
          ("rotary_shared", "aten"), ("fp16_skip", "module"), ("fp16_overflow", "module"), ("fp16_overflow", "aten")]
 
 
@@ -115,3 +115,17 @@ def test_dynamic_capture_by_condition(tmp_path, monkeypatch):
             model(**inputs)
             cap.step()
     assert [s for _, s in load(tmp_path / "b").parts] == [1]
+
+
+@pytest.mark.parametrize("level", ["module", "api", "aten"])
+def test_loss_scale_is_the_gradient_handed_to_the_model(level, tmp_path):
+    """A loss scaled outside the model (never unscaled): the backward pass starts from a gradient that differs,
+    at every level the verdict says so (inputs-differ of the backward pass), not a module of the model.
+    Module level used to blame the last LayerNorm, whose output gradient "no recorded op produced"."""
+    training.train("loss_scale", "golden", tmp_path / "g", level=level)
+    training.train("loss_scale", "target", tmp_path / "t", level=level)
+    d = diagnose(tmp_path / "g", tmp_path / "t", replay=False)
+    assert d.verdict == "inputs-differ", d.summary
+    assert d.culprit is None
+    assert "in the backward pass" in d.summary and "gradients handed to the model's outputs" in d.summary, d.summary
+    assert "GPT2LMHeadModel#0/backward/output/loss" in [i["target"] for i in d.to_json()["evidence"]["inputs"]]

@@ -144,3 +144,39 @@ def test_export_onnx_bad_entry_is_one_line_exit_2(tmp_path):
     r = _opdiff("export-onnx", "no_such_module_xyz:build", "-o", tmp_path / "o")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "no_such_module_xyz" in r.stderr
     assert not np.any([p.exists() for p in [tmp_path / "o"]])
+
+
+class _Mix(torch.nn.Module):
+    """Two inputs of one shape whose graph order is not torch's: `b` is read first (a residual `a` added last)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, a, b):
+        return torch.relu(self.lin(b)) + a
+
+
+class _TwoInputs(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.pre, self.mix, self.head = torch.nn.Linear(8, 8), _Mix(), torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(self.mix(torch.tanh(x), self.pre(x)))
+
+
+def test_same_shaped_inputs_take_torch_positions_by_value(tmp_path):
+    """A module's inputs of one shape and dtype are paired with torch's positions by their values' fingerprint
+    (the export notes it), not by graph order: before, ELECTRA's SelfOutput(hidden_states, input_tensor) got its
+    inputs swapped and a clean ORT port was a fault (the sweep's `ort` class)."""
+    model = _TwoInputs().eval()
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+    paths = export_pair(model, {"x": x}, tmp_path / "e")
+    capture_onnx(paths["model"], paths["inputs"], tmp_path / "t", level="module")
+    g, t = load(paths["golden"]), load(tmp_path / "t")
+    for pos in ("0", "1"):
+        name = f"mix/_Mix#0/forward/input/{pos}"
+        np.testing.assert_allclose(t.tensor(t[name]), g.tensor(g[name]), rtol=1e-5, atol=1e-6)
+    assert diagnose(paths["golden"], tmp_path / "t", replay=False).verdict == "pass"

@@ -36,8 +36,9 @@ def _pair(fault: str, model: str = "gpt2"):
 
 def test_hunt_finds_the_culprit_with_a_small_tensor_dump(tmp_path):
     golden, target, inj = _pair("weight_row")
-    res = opdiff.hunt(golden, target, tmp_path / "h")
+    res = opdiff.hunt(golden, target, tmp_path / "h", patch=False)  # patching: tests/test_patch_search.py
     assert res.verdict == "fault" and res.culprit.module == inj.module
+    assert res.to_json()["confirmation"]["method"] in ("statistics", "replay")  # not re-run: --no-patch
     assert res.region == inj.module and res.stats_diagnosis.culprit.module == inj.module
     assert [p.name for p in res.passes] == ["pass1-golden", "pass1-target", "pass2-golden", "pass2-target"]
     assert all(p.tensor_bytes == 0 for p in res.passes[:2])  # pass 1 keeps no tensor data

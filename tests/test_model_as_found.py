@@ -159,3 +159,113 @@ def test_compiled_capture_and_fusion_torch_leave_the_model_as_found(tmp_path):
     fusion_torch(model, inputs, tmp_path / "fusion", regions=["b1"])
     _assert_same(before, _state(model), "fusion_torch")
     _assert_rng(rng, _rng(), "fusion_torch")
+
+
+def _faulty_pair() -> tuple[Net, Net, dict]:
+    golden, inputs, _ = _user_model()
+    target, _, _ = _user_model()
+    with torch.no_grad():
+        target.b1.fc.weight[0].mul_(1.1)
+    return golden, target, inputs
+
+
+def test_diagnose_models_leaves_both_models_and_rng(tmp_path):
+    golden, target, inputs = _faulty_pair()
+    before = {"golden": _state(golden), "target": _state(target)}
+    torch.manual_seed(11)
+    rng = _rng()
+    d = opdiff.diagnose_models(golden, target, inputs, tmp_path / "dm")
+    assert d.to_json()["confirmation"]["method"] == "patch"  # the models were re-run, patched
+    _assert_same(before["golden"], _state(golden), "diagnose_models (golden)")
+    _assert_same(before["target"], _state(target), "diagnose_models (target)")
+    _assert_rng(rng, _rng(), "diagnose_models")
+
+
+def test_hunt_with_patching_leaves_the_functions_models_and_rng(tmp_path):
+    golden, target, inputs = _faulty_pair()
+    for m in (golden, target):
+        m.b0.drop.eval()  # hunt re-runs each function: its runs must repeat (the rest stays in train mode)
+    before = {"golden": _state(golden), "target": _state(target)}
+
+    def runner(model):
+        def fn(capture):
+            with capture(model):
+                model(**inputs)
+        return fn
+    torch.manual_seed(12)
+    rng = _rng()
+    res = opdiff.hunt(runner(golden), runner(target), tmp_path / "h", replay=False)
+    assert res.to_json()["confirmation"]["method"] == "patch"
+    assert [c["module"] for c in res.to_json()["confirmation"]["culprits"]] == ["b1.fc"]
+    _assert_same(before["golden"], _state(golden), "hunt (golden)")
+    _assert_same(before["target"], _state(target), "hunt (target)")
+    _assert_rng(rng, _rng(), "hunt")  # the patched re-runs seed torch, then put the user's state back
+
+
+def test_replay_of_a_random_op_leaves_the_rng(tmp_path):
+    from opdiff.replay import replay
+
+    model, inputs, _ = _user_model()
+    for side in ("g", "t"):
+        torch.manual_seed(3)
+        with opdiff.capture(model, tmp_path / side, level="api", mode="tensor"):
+            model(**inputs)
+    g, t = opdiff.load(tmp_path / "g"), opdiff.load(tmp_path / "t")
+    node = next(r.node for r in t.records if "dropout" in r.op and r.module == "b0.drop")
+    before = _state(model)
+    torch.manual_seed(13)
+    rng = _rng()
+    res = replay(g, t, node)
+    assert res.status == "ok", res.reason
+    _assert_rng(rng, _rng(), "replay of a dropout")
+    _assert_same(before, _state(model), "replay")
+
+
+RUN_SCRIPT = '''
+import json, random, sys
+import numpy as np
+import torch
+torch.manual_seed(0)
+random.seed(0)
+np.random.seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.3), torch.nn.LayerNorm(8), torch.nn.Linear(8, 2))
+model.train()
+model[2].eval()
+model[3].bias.requires_grad_(False)
+calls = []
+model[0].register_forward_hook(lambda m, a, o: calls.append(1))
+opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+x = torch.randn(4, 8)
+for _ in range(2):
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+print(json.dumps({
+    "training": [m.training for m in model.modules()],
+    "requires_grad": [p.requires_grad for p in model.parameters()],
+    "calls": len(calls),
+    "params": [p.detach().double().sum().item() for p in model.parameters()],
+    "rng": [torch.rand(3).tolist(), random.random(), np.random.rand()],
+}))
+'''
+
+
+def test_opdiff_run_leaves_the_script_model_and_rng_as_a_plain_run(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "train.py"
+    script.write_text(RUN_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run([sys.executable, "-m", "opdiff", "run", "-o", str(tmp_path / "dump"), "--backward", "--",
+                          sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert plain.returncode == 0 and run.returncode == 0, run.stderr
+    # flags, requires_grad, the user's hook still called, trained values bitwise, the next random draws (the
+    # capture's own hooks stay while the script runs: the session is live until the process ends)
+    assert json.loads(run.stdout) == json.loads(plain.stdout)
+    assert opdiff.load(tmp_path / "dump").records, "the script's model was captured"
+    assert "statistics (and replay) only" in run.stderr  # one run, launched: no patch confirmation

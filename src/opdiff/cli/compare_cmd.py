@@ -1,7 +1,8 @@
 """`opdiff compare GOLDEN TARGET -o OUT`: the thin CLI over opdiff.compare and opdiff.report.
 
-Exit status: 0 everything passes, 1 something fails (a FAIL, a shape/dtype mismatch, unreadable
-data, or an unmatched record unless --allow-unmatched), 2 bad input.
+Exit status: 0 the run passes, 1 it fails, 2 bad input. Whether it passes is one judgement of the whole
+comparison (compare/gate.py): by default diagnose's verdict on it (--gate noise, the gate `opdiff diagnose`
+exits on), or every pair against the fixed per-pair rules (--gate thresholds, msprobe's semantics).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ FORMATS = ("csv", "xlsx", "json", "html", "model-explorer", "msprobe-csv", "mspr
 MSPROBE_FORMATS = "msprobe-csv,msprobe-xlsx,json"  # what --preset msprobe writes unless --format says
 REPORT_STEM = "compare"
 EXPLORER = "model-explorer"  # the Model Explorer overlays: a folder, not a compare.<format> file
+GATES = ("auto", "noise", "thresholds")  # compare/gate.py GATES (not imported: the kernels load after the input check)
 
 
 def _formats(text: str) -> list[str]:
@@ -71,20 +73,26 @@ def _paths(out: Path, fmts: list[str]) -> list[Path]:
 @click.option("--format", "formats", default=None,
               help=f"Report formats, comma-separated, from: {', '.join(FORMATS)} [default: csv,xlsx,json].")
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Worst pairs to print.")
+@click.option("--gate", type=click.Choice(GATES), default="auto", show_default=True,
+              help="What decides the exit status: noise (diagnose's verdict: a pair's error against the noise "
+                   "propagated from its inputs, as `opdiff diagnose`), thresholds (every pair against the fixed "
+                   "per-pair rules, msprobe's semantics); auto: thresholds when --thresholds, --pass-if or a preset "
+                   "other than default/msprobe names the rules, else noise.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @dask_options
 @parallel_options
 def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pass_if, warn_if, workers, rank, step,
-                allow_partial, allow_unmatched, force, formats, top, no_progress, scheduler, placement, shard_mb,
+                allow_partial, allow_unmatched, force, formats, top, gate, no_progress, scheduler, placement, shard_mb,
                 layout_file, merge):
     """Compare every tensor of TARGET with its counterpart in GOLDEN and write reports to OUT.
 
-    Exits 0 when everything passes, 1 when something fails, 2 on bad input.
+    Exits 0 when the run passes (--gate), 1 when it fails, 2 on bad input.
     """
     from ..match.mapping import load_mappings
     from ..metrics.thresholds import load_thresholds, parse_expr, with_rules
     from ..metrics.thresholds import preset as get_preset
 
+    rule = gate_rule(gate, preset, thresholds_file, pass_if)
     if preset == "msprobe":  # msprobe's own result files; opdiff's verdict (exit status) by its default rules
         preset, formats = "default", formats or MSPROBE_FORMATS
     fmts = _formats(formats or "csv,xlsx,json")
@@ -113,6 +121,9 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     every_step = rank is None and step is None and not merged(g) and not merged(t)  # --step/--rank: that part only
     cmp = compare(g, t, mapping=mapping, mode=mode, thresholds=th, workers=workers, progress=not no_progress,
                   all_steps=every_step)
+    from ..diagnose.gate import judge
+
+    judge(cmp, rule="thresholds" if rule == "thresholds" else "noise", allow_unmatched=allow_unmatched)  # the run's pass/fail, before anything is reported
     paths = _paths(out_dir, fmts)
     # the verdict first: the report files (XLSX alone takes seconds on big comparisons) are written
     # after it, before the command returns; each to a temporary file renamed into place
@@ -124,14 +135,25 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     return 0 if cmp.passed(allow_unmatched) and not ranks_failed else 1
 
 
+def gate_rule(gate: str, preset: str, thresholds_file: str | None, pass_if: tuple[str, ...]) -> str:
+    """The rule --gate names; auto: the fixed per-pair rules when the user named some, else the noise rule."""
+    if gate != "auto":
+        return gate
+    chose_rules = bool(thresholds_file or pass_if) or preset not in ("default", "msprobe")
+    return "thresholds" if chose_rules else "noise"
+
+
 def _say_steps(cmp, allow_unmatched: bool) -> None:
-    """One line for the other steps compared: how many, and which fail (reports hold the first step's pairs)."""
+    """One line for the steps compared: how many, which fail the fixed thresholds, where the run diverges."""
     if not cmp.other_steps:
         return
     bad = cmp.failed_steps(allow_unmatched)
-    click.echo(f"{len(cmp.other_steps) + 1} steps compared (rank {cmp.target.rank}); the reports hold step "
-               f"{cmp.target.step}; " + (f"FAIL at step(s) {', '.join(str(s) for _, s in bad)} "
-                                          f"(--step N for that step's report)" if bad else "every other step passes"))
+    j = cmp.judgement
+    diverges = f"; the run first diverges at step {j.step}" if j is not None and not j.passed and j.step is not None \
+        else ""
+    click.echo(f"{len(cmp.other_steps) + 1} steps compared (rank {cmp.target.rank}), each in the CSV, XLSX and JSON reports; "
+               + (f"pairs over the fixed thresholds at step(s) {', '.join(str(s) for _, s in bad)}" if bad
+                  else "no other step has a pair over the fixed thresholds") + diverges)
 
 
 def register(cli: click.Group) -> None:

@@ -3,6 +3,10 @@
 The command runs with the OPDIFF_RUN_* environment and opdiff's bootstrap on PYTHONPATH, so every
 Python process it starts (torchrun's ranks too) captures its model into DUMP (docs/capture.md,
 "Capturing an unmodified script"). The command's exit code is passed through.
+
+`opdiff run` holds one run, and only as a command it launches: it cannot re-execute golden and target
+side by side, so a diagnosis of its dumps rests on their statistics (and replay). Patch confirmation
+needs both runs as code: `opdiff hunt` or `opdiff.diagnose_models` (docs/diagnose.md).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from ..base.vocab import TORCH_LEVELS as LEVELS
 from ..capture import runenv
 
 MODES = ("tensor", "stats", "hash")
+NO_PATCH = ("one run, launched as a command: a diagnosis of this dump is confirmed by statistics (and replay) only; "
+            "to confirm it by patching, give both runs as code to `opdiff hunt` or opdiff.diagnose_models")
 
 
 def _wait(proc: subprocess.Popen[bytes]) -> int:
@@ -72,6 +78,7 @@ def run_cmd(out: Path, level: str, mode: str, steps: str | None, backward: bool,
         state = "complete" if meta.get("complete") else "incomplete"
         click.echo(f"opdiff run: {out}: {meta.get('model', '?')}, steps {meta.get('steps_captured', [])}, "
                    f"{meta.get('records', 0)} records ({state}); command exited {rc}", err=True)
+        click.echo(f"opdiff run: {NO_PATCH}", err=True)
     return rc
 
 

@@ -41,6 +41,7 @@ from ..match.mapping import Mapping, load_mapping
 from ..metrics import names as M
 from ..metrics.counts_mode import counts_compare, needs_counts
 from ..metrics.hash_mode import hash_equal, hash_metrics
+from ..metrics.masks import mask_pair, mask_view
 from ..metrics.names import ERR_MESSAGE
 from ..metrics.stats_mode import stats_metrics
 from ..metrics.tensor import TensorDataError, TensorSource, Workspace, pair_metrics
@@ -48,6 +49,7 @@ from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower
 from ..metrics.verdict import verdict
 from ..store import Dump, load
 from ..store.format import FLOAT_DTYPES, dtype_name
+from .gate import Judgement
 from .parts import open_pair, shared_steps
 from .sameness import check_comparable
 from .unmatched import Failing, failing_unmatched
@@ -73,6 +75,7 @@ class Comparison:
     tensor_bytes: int = 0  # bytes of tensor data read, both sides together
     workers: int = 1
     other_steps: dict[tuple[int, int], Comparison] = field(default_factory=dict)  # (rank, step): the other steps
+    judgement: Judgement | None = None  # the run's pass/fail once judged (compare/gate.py); None: fixed thresholds
     _failing: list[Failing] | None = field(default=None, init=False, repr=False, compare=False)  # failing_unmatched()
 
     def counts(self) -> dict[str, int]:
@@ -100,13 +103,20 @@ class Comparison:
         return scored[:n]
 
     def passed(self, allow_unmatched: bool = False) -> bool:
-        """True when at least one pair was compared, nothing FAILs, no pair is a shape/dtype mismatch or
-        unreadable, and (unless allowed) no unmatched record may carry a difference no compared pair shows
-        (compare/unmatched.py: the one rule diagnose applies too). Records past the end of a cut-off dump
-        never count."""
+        """Whether the run passes: its `judgement` (compare/gate.py: the one gate compare's exit code and
+        diagnose's verdict share) once made, else the fixed per-pair rules (`passed_thresholds`)."""
+        if self.judgement is not None:
+            return self.judgement.passes(allow_unmatched)
+        return self.passed_thresholds(allow_unmatched)
+
+    def passed_thresholds(self, allow_unmatched: bool = False, every_step: bool = True) -> bool:
+        """msprobe's rule: True when at least one pair was compared, nothing FAILs the fixed per-pair rules,
+        no pair is a shape/dtype mismatch or unreadable, and (unless allowed) no unmatched record may carry a
+        difference no compared pair shows (compare/unmatched.py: the one rule diagnose applies too), in every
+        step compared (this step alone unless `every_step`). Records past the end of a cut-off dump never count."""
         if not self.compared_any():
             return False  # nothing compared is not a pass
-        if any(not c.passed(allow_unmatched) for c in self.other_steps.values()):
+        if every_step and any(not c.passed_thresholds(allow_unmatched) for c in self.other_steps.values()):
             return False  # a multi-step dump passes only when every step both dumps hold does
         for r in self.results:
             if r.result == FAIL or r.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR):
@@ -114,8 +124,8 @@ class Comparison:
         return allow_unmatched or not self.failing_unmatched()
 
     def failed_steps(self, allow_unmatched: bool = False) -> list[tuple[int, int]]:
-        """(rank, step) of the other steps compared that do not pass."""
-        return [k for k, c in sorted(self.other_steps.items()) if not c.passed(allow_unmatched)]
+        """(rank, step) of the other steps compared that do not pass the fixed per-pair rules."""
+        return [k for k, c in sorted(self.other_steps.items()) if not c.passed_thresholds(allow_unmatched)]
 
     def by_step(self) -> dict[tuple[int, int], Comparison]:
         """Every (rank, step) part this comparison covers, this one included."""
@@ -260,12 +270,31 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
             return _result(pair, STATUS_ERROR, pmode, err=f"data unreadable: {exc}")
     msgs = [metrics.pop(ERR_MESSAGE, "")]
     result, reason = verdict(metrics, g.dtype, t.dtype, pmode, thresholds, floor)
+    if result != PASS and pmode == "tensor" and mask_pair(g, t):
+        result, reason = _as_mask(golden_dump, target_dump, g, t, thresholds, floor, (result, reason))
     precision = dtype_class(g.dtype, t.dtype, floor)[0]
     msgs.append(reason)
     bitwise = hash_equal(g, t)
     if bitwise is None and pmode == "tensor":
         bitwise = g.dtype == t.dtype and metrics.get(M.DIFF_COUNT) == 0
     return _result(pair, STATUS_COMPARED, pmode, metrics, result, bitwise, "; ".join(m for m in msgs if m), precision)
+
+
+def _as_mask(golden_dump: Dump, target_dump: Dump, g: Record, t: Record, thresholds: Thresholds, floor: str | None,
+             judged: tuple[PairVerdict, str]) -> tuple[PairVerdict, str]:
+    """A pair that may be one attention mask in two encodings, judged by what it lets through (metrics/masks.py,
+    the rule diagnose applies too); `judged` stands when it is no such mask or its data cannot be read."""
+    try:
+        view = mask_view(golden_dump.tensor(g), target_dump.tensor(t), g.dtype, t.dtype)
+    except (DumpError, TensorDataError, ValueError):
+        return judged
+    if view.kind == "same":
+        return PASS, "the same mask in another encoding: it lets the same elements through"
+    if view.kind != "values" or view.metrics is None:
+        return judged
+    result, reason = verdict(view.metrics, g.dtype, t.dtype, "tensor", thresholds, floor)
+    note = f"a mask judged on the {view.kept} elements it lets through (its fill values agree)"
+    return result, f"{note}: {reason}" if reason else note
 
 
 def _dump_mode(golden: Dump, target: Dump) -> str:

@@ -18,9 +18,11 @@ from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.vocab import MATCH_SEQUENCE
 from ..metrics import names as M
+from ..metrics.masks import mask_pair, masked_error
 from ..metrics.thresholds import unit
 from ..store import Dump
-from .noise import mask_pair, masked_error, pair_error
+from .inplace import inplace_error
+from .noise import pair_error
 
 
 @dataclass(slots=True)
@@ -84,7 +86,7 @@ class Graph:
     consumers: dict[int, list[int]] = field(default_factory=dict)  # tensor id -> input tensor ids that are it
     _ends: dict[int, list[int]] = field(default_factory=dict, repr=False)  # node id -> its children's ends, sorted
     islands: set[str] = field(default_factory=set)  # narrow dtypes the target uses in a few places only
-    _passthrough: set[int] | None = field(default=None, repr=False)  # the passthrough property, computed when first asked
+    _passthrough: set[int] | None = field(default=None, repr=False)  # the passthrough property (build sets it)
     owner: dict[str, int] = field(default_factory=dict)  # module path -> its first (non-parameter) call
     direction: str = "forward"  # the pass the graph is of: forward | backward | update
     _in_order: list[Tensor] | None = field(default=None, repr=False)  # in_order(), computed once
@@ -99,7 +101,7 @@ class Graph:
 
     @property
     def passthrough(self) -> set[int]:
-        """Inputs that golden passes on unchanged from an earlier output (by content: only blame asks, rarely)."""
+        """Inputs that golden passes on unchanged from an earlier output (by content; build computes it)."""
         if self._passthrough is None:
             self._passthrough = _golden_passthrough(self.tensors)
         return self._passthrough
@@ -289,6 +291,8 @@ def _identity_key(r: Record | None) -> tuple[object, ...] | None:
 
 def _error(p: PairResult, golden: Dump | None, target: Dump | None) -> float | None:
     """A pair's relative error; masks are compared on their unmasked elements when data is at hand."""
+    if p.golden is None:
+        return inplace_error(p, golden, target)  # an input the target's call changed in place (else None)
     if p.target is not None and p.target.role == "output" and p.target.src:
         return None  # an output recorded as an alias of an earlier tensor (in-place op): its values are not its own
     err = pair_error(p)
@@ -399,8 +403,9 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     _nest(nodes)
     root = _root(nodes)
     producer = _producers(order, by_name, tensors)
+    # computed now, from the records as built (backward.wire_output_grads later adds tensors and changes roles)
     return Graph(tensors, nodes, root, producer, golden_only, levels, islands=islands, direction=direction,
-                 _in_order=order)
+                 _in_order=order, _passthrough=_golden_passthrough(tensors))
 
 
 def _by_order(t: Tensor) -> int:
@@ -422,11 +427,16 @@ class _UnitCache:
 
 
 def _nest(nodes: list[Node]) -> None:
-    """Parent of each node: the innermost call whose span of records encloses it."""
+    """Parent of each node: the innermost call whose span of records encloses it. The root model's module call
+    is the outermost call by definition, even where its records span little (a module-level backward pass:
+    its output gradient is recorded once the first child's hook has fired)."""
     stack: list[Node] = []
     for n in sorted(nodes, key=lambda n: (n.start, -n.end)):
         while stack and stack[-1].end < n.start:
             stack.pop()
+        if n.module == "" and n.level == "module":
+            stack.append(n)
+            continue
         if stack and stack[-1].start <= n.start and n.end <= stack[-1].end:
             n.parent = stack[-1].id
             stack[-1].children.append(n.id)

@@ -11,31 +11,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..base.pair import Metrics, MetricValue, PairResult
 from ..base.record import Record, Stats
 from ..metrics import names as M
-from ..metrics.tensor import tensor_metrics
+from ..metrics.masks import absmax
 from ..metrics.thresholds import ROUNDING_UNIT, SIGNIFICANT
 from ..store.format import FLOAT_DTYPES
 
 UNIT: dict[str, float] = ROUNDING_UNIT  # the largest relative error one rounding makes, per dtype
-# largest finite value of each float dtype: beyond it a cast overflows
-RANGE: dict[str, float] = {
-    "float64": 1.7976931348623157e308,
-    "float32": 3.4028234663852886e38,
-    "float16": 65504.0,
-    "bfloat16": 3.3895313892515355e38,
-    "float8_e4m3fn": 448.0,
-    "float8_e5m2": 57344.0,
-}
 
 # defaults of the calibration (docs/diagnose.md): an op's own error must exceed
 #   max(SIGNIFICANT * floor * unit, AMPLIFICATION * inherited error)
 AMPLIFICATION = 8.0  # how much an op may legitimately amplify the relative error of its inputs
-DRIFT = 16.0
-FILL = 0.5  # |x| beyond this share of the dtype's range is a mask fill value (finfo.min), not data  # output error (in units of the run's coarsest precision) above which error has drifted
+DRIFT = 16.0  # output error (in units of the run's coarsest precision) above which error has drifted
 
 
 def is_float(dtype: str | None) -> bool:
@@ -45,13 +33,6 @@ def is_float(dtype: str | None) -> bool:
 def nonfinite(stats: Stats | None) -> int:
     """Count of nan and +-inf elements."""
     return (stats.nan + stats.posinf + stats.neginf) if stats is not None else 0
-
-
-def absmax(stats: Stats | None) -> float | None:
-    """max |x| over the finite elements."""
-    if stats is None or stats.max is None or stats.min is None:
-        return None
-    return max(abs(stats.max), abs(stats.min))
 
 
 def _num(x: MetricValue) -> float | None:
@@ -80,59 +61,6 @@ def stats_error(g: Stats | None, t: Stats | None) -> float | None:
     if not terms:  # an all-zero golden: any non-zero target is a full error
         return 0.0 if (t.norm or 0.0) == 0 else 1.0
     return max(terms)
-
-
-def has_fill(rec: Record | None) -> bool:
-    """Whether a tensor holds mask fill values (the dtype's finfo.min/max, as attention masks do)."""
-    if rec is None or rec.dtype not in RANGE:
-        return False
-    m = absmax(rec.stats)
-    return m is not None and m >= FILL * RANGE[rec.dtype]
-
-
-def mask_pair(g: Record | None, t: Record | None) -> bool:
-    """Whether a pair may be one attention mask in two encodings: golden holds fill values, or one side is
-    a boolean mask and the other an additive float one (eager attention vs SDPA)."""
-    if g is None or t is None:
-        return False
-    return has_fill(g) or (g.dtype == "bool") != (t.dtype == "bool") and (g.dtype in RANGE or t.dtype in RANGE)
-
-
-def _kept(a: np.ndarray, dtype: str) -> np.ndarray | None:
-    """Which elements a mask lets through: a boolean mask's True, an additive one's 0 (None: not a mask)."""
-    if dtype == "bool":
-        return np.asarray(a, dtype=bool)
-    a = np.asarray(a, dtype=np.float64)
-    fill: np.ndarray = np.abs(a) >= FILL * RANGE[dtype]
-    if not ((a == 0) | (fill & (a < 0))).all():
-        return None  # values other than 0 and a negative fill: an additive bias, not a mask
-    kept: np.ndarray = ~fill
-    return kept
-
-
-def masked_error(g: np.ndarray, t: np.ndarray, g_dtype: str, t_dtype: str) -> float:
-    """Error of a mask-like pair over the elements that are not fill values on either side.
-
-    -3.40e38 (fp32's finfo.min) and -3.39e38 (bf16's) both mean "masked": that difference is no
-    error; a different set of masked elements is a full one. A boolean mask and an additive one
-    that let the same elements through are the same mask (error 0).
-    """
-    if (g_dtype == "bool") != (t_dtype == "bool"):
-        kg, kt = _kept(g, g_dtype), _kept(t, t_dtype)
-        return 0.0 if kg is not None and kt is not None and kg.shape == kt.shape and (kg == kt).all() else 1.0
-    g = np.asarray(g, dtype=np.float64)
-    t = np.asarray(t, dtype=np.float64)
-    fill_g = np.abs(g) >= FILL * RANGE[g_dtype]
-    fill_t = np.abs(t) >= FILL * RANGE.get(t_dtype, RANGE[g_dtype])
-    if g.shape != t.shape or (fill_g != fill_t).any() or (np.sign(g[fill_g]) != np.sign(t[fill_t])).any():
-        return 1.0
-    keep = ~fill_g
-    if not keep.any():
-        return 0.0
-    m = tensor_metrics(g[keep], t[keep])
-    terms = [x for x in (_num(m.get(M.RED)), _num(m.get(M.NORM_MAX_ABS_ERR)))
-             if x is not None and math.isfinite(x)]
-    return max(terms) if terms else 0.0
 
 
 def pair_error(p: PairResult) -> float | None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..base.record import Record, Stats
+from ..metrics.masks import RANGE, absmax, has_fill
 from .graph import Graph, Tensor
-from .noise import RANGE, absmax, has_fill, nonfinite
+from .noise import nonfinite
 
 
 @dataclass

@@ -98,7 +98,8 @@ def golden_names(graph: Graph, node_name: str) -> dict[str, str]:
 
 
 def diagnose(golden: Dump | str | os.PathLike[str], target: Dump | str | os.PathLike[str], *,
-             mapping: Mapping | str | os.PathLike[str] | None = None, comparison: Comparison | None = None,
+             mapping: Mapping | str | os.PathLike[str] | None = None,
+             comparison: Comparison | dict[tuple[int, int], Comparison] | None = None,
              replay: bool = True, level: str | None = None, direction: str | None = None, workers: int | None = None,
              progress: bool = False, rank: int | None = None, step: int | None = None,
              patcher: Patcher | None = None) -> Diagnosis:
@@ -129,6 +130,13 @@ def confirm_by_patching(diag: Diagnosis, patcher: Patcher) -> None:
     patch.apply(diag, patch.prove(patcher, diag.noise, stat), diag.graph)
 
 
+def _own_records(pairs: list[PairResult], direction: str) -> list[PairResult]:
+    """The pairs a pass answers for: its own direction's (a backward-only record does not make the forward pass
+    inconclusive); the forward pass also those of a pass where nothing pairs, which is not diagnosed itself."""
+    paired = {p.record.direction for p in pairs if p.golden is not None and p.target is not None}
+    return [p for p in pairs if p.record.direction == direction or direction == "forward" and p.record.direction not in paired]
+
+
 def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: str | None = None, direction: str = "forward",
                   replay: bool = False) -> Diagnosis:
     """One pass (`direction`) of one (rank, step) part, from its comparison."""
@@ -142,6 +150,7 @@ def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: 
     graph = build(pairs, direction, golden, target)
     if direction == "backward":
         backward.attach_param_grads(graph)
+        backward.wire_output_grads(graph, pairs)
     if not any(t.golden is not None and t.target is not None for t in graph.tensors):
         what = f" at level {level!r}" if level else ""
         raise OpdiffError(f"{target.root}: no {direction} record{what} pairs with one of {golden.root}: nothing to diagnose")
@@ -150,7 +159,7 @@ def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: 
     warnings = _warnings(golden, target, graph, pairs, noise.run_dtype)
     diag = decide(graph, noise, evs, first_overflow(graph), differing_inputs(graph, noise), warnings,
                   replayable=replay)
-    trust.apply(diag, comparison, pairs)
+    trust.apply(diag, comparison, _own_records(pairs, direction))
     settings = settings_diff(golden, target)
     if settings:
         diag.evidence.settings = settings

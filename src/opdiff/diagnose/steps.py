@@ -74,7 +74,7 @@ def _directions(comparison: Comparison, direction: str | None) -> list[str]:
 
 
 def diagnose_run(golden: Dump, target: Dump, *, mapping: Mapping | str | os.PathLike[str] | None = None,
-                 comparison: Comparison | None = None, replay: bool = True,
+                 comparison: Comparison | dict[tuple[int, int], Comparison] | None = None, replay: bool = True,
                  level: str | None = None, direction: str | None = None, workers: int | None = None,
                  progress: bool = False, rank: int | None = None, step: int | None = None) -> Diagnosis:
     """The diagnosis of a whole run (see the module docstring)."""
@@ -82,8 +82,8 @@ def diagnose_run(golden: Dump, target: Dump, *, mapping: Mapping | str | os.Path
     from .run import confirm_culprit, diagnose_pass
 
     per_part = comparison if isinstance(comparison, dict) else None  # {(rank, step): Comparison}, e.g. from Dask
-    if comparison is not None and per_part is None:  # one compare() result: every step it and the dumps cover
-        per_part = comparison.by_step()
+    if comparison is not None and not isinstance(comparison, dict):  # one compare() result: every step it and
+        per_part = comparison.by_step()  # the dumps cover
         if rank is None and step is None:  # never a pass about steps nobody looked at: compare the rest here
             keys = sorted(set(per_part) | set(shared_steps(golden, target)), key=lambda p: (p[1], p[0]))
         else:

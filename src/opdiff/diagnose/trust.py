@@ -8,10 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..base.pair import PairResult
-from ..base.vocab import STATUS_ERROR
-from ..compare.unmatched import Failing, describe, name_list
+from ..base.vocab import STATUS_DTYPE_MISMATCH, STATUS_ERROR, STATUS_SHAPE_MISMATCH
+from ..compare.unmatched import Failing, describe, is_model_output, name_list
 
 INCONCLUSIVE = "inconclusive"
+
+
 def unreadable_warning(pairs: list[PairResult]) -> str | None:
     bad = [p for p in pairs if p.status == STATUS_ERROR]
     if not bad:
@@ -36,6 +38,11 @@ def apply(diag: Any, comparison: Any, pairs: list[PairResult]) -> None:
     if warn:
         diag.warnings.insert(0, warn)
         reasons.append("some pairs could not be read")
+    outputs = [p for p in pairs if p.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH)
+               and p.target is not None and is_model_output(p.target)]
+    if outputs:  # nothing after the model's output can show what it holds: a mismatch there is never looked through
+        diag.warnings.insert(0, f"the model's output cannot be compared: {outputs[0].name}: {outputs[0].err_message}")
+        reasons.append("the model's output is a shape or dtype mismatch")
     extra = unmatched_differences(comparison, pairs)
     if extra:
         diag.warnings.insert(0, describe(extra))

@@ -132,6 +132,9 @@ def _reason(graph: Graph, ev_tensor: Tensor, how: str, node: Node, inherited_uni
     err = off_by(ev_tensor)
     inh = "exactly" if not inherited_units else f"within {inherited_units:.3g} units"
     rec = ev_tensor.rec
+    if how == "output" and rec.pos.startswith("inplace.") and ev_tensor.golden is None:
+        return (f"it changes its input {rec.pos.removeprefix('inplace.')} in place (the tensor its caller goes on "
+                f"using is off by {err} after the call, golden's is left as it was): the error is its own")
     if how == "output":
         return f"its inputs agree with golden ({inh}) but its output {rec.pos} is off by {err}: the error is its own"
     if how == "parameter":
@@ -368,8 +371,14 @@ def _compare_fault(graph: Graph, noise: Noise, d: Diagnosis, t: Tensor, replayab
 def _inputs_differ(graph: Graph, d: Diagnosis, inputs_differ: list[Tensor]) -> None:
     d.verdict = "inputs-differ"
     names = ", ".join(t.rec.pos for t in inputs_differ)
-    d.summary = f"the model's own inputs differ ({names}): no op is to blame"
     d.evidence = Evidence(inputs=[tensor_info(graph, t) for t in inputs_differ])
+    if graph.direction == "backward":  # the backward pass starts from the gradient the loss hands the outputs
+        d.summary = (f"the gradients handed to the model's outputs differ ({names}): the loss or its scaling, "
+                     "computed outside the model, differs; no op of the model is to blame")
+        d.advice = ("Compare the loss function, its reduction and any loss scaling (a GradScaler's scale, a "
+                    "gradient-accumulation divisor) between the runs; unscale before clipping and the update.")
+        return
+    d.summary = f"the model's own inputs differ ({names}): no op is to blame"
     d.advice = ("Make both runs see the same inputs: same data and order, same seeds, random preprocessing and "
                 "augmentation off, same tokenizer; then compare again.")
 
@@ -468,12 +477,16 @@ def _golden_only_inside(graph: Graph, node: Node) -> list[str]:
 
 
 def _output_errors(graph: Graph) -> list[tuple[Tensor, float]]:
-    """The model's output pairs (root outputs, else the last outputs) with their errors."""
+    """The model's output pairs (root outputs, else the last outputs) with their errors. A backward pass whose
+    root computes no float gradient (token ids in) ends in the last gradients computed."""
+    def usable(ts: list[Tensor]) -> list[tuple[Tensor, float]]:
+        return [(t, t.err) for t in ts if t.err is not None and math.isfinite(t.err) and t.unit > 0]
+
     if graph.root is not None:
-        outs = [graph.tensors[i] for i in graph.nodes[graph.root].outputs]
-    else:
-        outs = [t for t in graph.in_order() if t.role == "output"][-4:]
-    return [(t, t.err) for t in outs if t.err is not None and math.isfinite(t.err) and t.unit > 0]
+        outs = usable([graph.tensors[i] for i in graph.nodes[graph.root].outputs])
+        if outs or graph.direction != "backward":
+            return outs
+    return usable([t for t in graph.in_order() if t.role == "output"][-4:])
 
 
 def _node_evidence(graph: Graph, node: Node, t: Tensor) -> Evidence:

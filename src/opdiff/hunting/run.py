@@ -59,7 +59,8 @@ class HuntResult:
                 "hunt_tensor_bytes": self.hunt_tensor_bytes, "ratio": self.ratio, "seconds": self.seconds,
                 "stats_verdict": self.stats_diagnosis.verdict if self.stats_diagnosis else None,
                 "stats_culprit": (self.stats_diagnosis.culprit.to_json()
-                                  if self.stats_diagnosis and self.stats_diagnosis.culprit else None)}
+                                  if self.stats_diagnosis and self.stats_diagnosis.culprit else None),
+                "confirmation": self.diagnosis.confirmation() if self.diagnosis else None}
 
 
 def region_regex(module: str) -> str:
@@ -109,15 +110,32 @@ def _capture_pass(fns: dict[str, Callable[[CaptureBlock], Any]], out: Path, tag:
     return dumps
 
 
+def _confirm(diag: Diagnosis, golden_fn: Callable[[Any], Any], target_fn: Callable[[Any], Any], seed: int) -> None:
+    """Patch confirmation of hunt's verdict; a function that cannot be re-run patched leaves the statistics'
+    verdict, with the reason in the confirmation."""
+    from ..capture.torch.patching import TorchPatcher
+    from ..diagnose.patch import PatchProof
+    from ..diagnose.run import confirm_by_patching
+
+    try:
+        patcher = TorchPatcher.of_functions(golden_fn, target_fn, seed=seed)
+        confirm_by_patching(diag, patcher)
+    except Exception as exc:  # the user's code, re-run with hooks: any failure is reported, not raised
+        diag.patch = PatchProof("error", reason=f"re-running the functions to patch them failed: "
+                                                f"{type(exc).__name__}: {exc}")
+
+
 def hunt(golden_fn: Callable[[CaptureBlock], Any], target_fn: Callable[[CaptureBlock], Any], out: str | Path, *,
          level: str = "module", detail_level: str | None = None, stats_mode: str = "stats", widen_by: int = 0,
-         replay: bool = True, force: bool = False) -> HuntResult:
+         replay: bool = True, patch: bool = True, force: bool = False, seed: int = 0) -> HuntResult:
     """Find where target departs from golden with a tensor dump of the suspect region only (docs/scale.md).
 
     Each function builds and runs its model (inference or a training step) as
     ``def run(capture): ...; with capture(model): model(**inputs)`` and must compute the same thing
     each time it is called. Pass 1 captures `stats_mode` over everything at `level`; pass 2 captures
     tensors at `detail_level` (default: `level`) of the suspect module (`widen_by` parents up).
+    With `patch`, both functions are re-run (from RNG seed `seed`) with module and op outputs exchanged
+    to confirm or correct the verdict (HuntResult.to_json()["confirmation"], docs/diagnose.md).
     """
     from .. import report
     from ..diagnose import diagnose
@@ -148,7 +166,12 @@ def hunt(golden_fn: Callable[[CaptureBlock], Any], target_fn: Callable[[CaptureB
         res.passes += [PassInfo.of(f"pass2-{s}", d, "tensor", lvl2, res.include) for s, d in p2.items()]
         res.hunt_tensor_bytes = sum(p.tensor_bytes for p in res.passes[2:])
         res.diagnosis = diagnose(p2["golden"], p2["target"], replay=replay)
-        res.verdict, res.culprit = res.diagnosis.verdict, res.diagnosis.culprit
+    assert res.diagnosis is not None
+    if patch:
+        t2 = time.perf_counter()
+        _confirm(res.diagnosis, golden_fn, target_fn, seed)
+        secs["patch"] = time.perf_counter() - t2
+    res.verdict, res.culprit = res.diagnosis.verdict, res.diagnosis.culprit
     report.write(res.diagnosis, "json", out / "diagnosis.json")
     secs["total"] = time.perf_counter() - t0
     res.seconds = secs

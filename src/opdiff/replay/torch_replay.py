@@ -18,6 +18,7 @@ from ..base.pair import Metrics
 from ..base.record import Record
 from ..base.vocab import ReplayStatus
 from ..capture.torch.naming import flatten
+from ..capture.torch.preserve import rng_kept
 from ..metrics import names as M
 from ..metrics import tensor_metrics
 from ..metrics.thresholds import SIGNIFICANT, unit
@@ -218,6 +219,20 @@ def _run(fn, call: dict[str, Any], inputs: _Inputs | _GoldenInputs):
         return fn(*args, **kwargs)
 
 
+def _execute(res: ReplayResult, golden: Dump, inputs: _Inputs, r0: Record, t_call: dict[str, Any],
+             g_call: dict[str, Any] | None) -> tuple[Any, Any]:
+    """Run the target's op on golden's inputs (and golden's own call, when its arguments differ)."""
+    fn = _module_fn(golden, inputs.target, r0.op, r0.module) if r0.level == "module" else resolve(r0.op, r0.level)
+    out = _run(fn, t_call, inputs)
+    g_out = None
+    if g_call is not None and g_call.get("op") == r0.op:
+        res.arg_differences = arg_differences({"args": g_call.get("args"), "kwargs": g_call.get("kwargs")},
+                                              {"args": t_call.get("args"), "kwargs": t_call.get("kwargs")})
+        if res.arg_differences and r0.level != "module":
+            g_out = _run(resolve(g_call["op"], g_call.get("level", r0.level)), g_call, _GoldenInputs(golden, inputs))
+    return out, g_out
+
+
 def replay(golden: Dump, target: Dump, node: str, t_call: dict[str, Any] | None, g_call: dict[str, Any] | None,
            names: dict[str, str]) -> ReplayResult:
     """Replay `node` of the target (see opdiff.replay.replay)."""
@@ -231,14 +246,8 @@ def replay(golden: Dump, target: Dump, node: str, t_call: dict[str, Any] | None,
     g_node = (g_call or {}).get("node", node)
     inputs = _Inputs(golden, target, node, g_node, names)
     try:
-        fn = _module_fn(golden, target, r0.op, r0.module) if r0.level == "module" else resolve(r0.op, r0.level)
-        out = _run(fn, t_call, inputs)
-        g_out = None
-        if g_call is not None and g_call.get("op") == r0.op:
-            res.arg_differences = arg_differences({"args": g_call.get("args"), "kwargs": g_call.get("kwargs")},
-                                                  {"args": t_call.get("args"), "kwargs": t_call.get("kwargs")})
-            if res.arg_differences and r0.level != "module":
-                g_out = _run(resolve(g_call["op"], g_call.get("level", r0.level)), g_call, _GoldenInputs(golden, inputs))
+        with rng_kept():
+            out, g_out = _execute(res, golden, inputs, r0, t_call, g_call)
     except Unsupported as exc:
         return _fail(res, str(exc))
     except (DumpError, RuntimeError, TypeError, ValueError) as exc:

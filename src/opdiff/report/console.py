@@ -139,10 +139,14 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
         con.print(f"[yellow]warning:[/] {safe(p)}")
     if outputs:
         con.print("reports: " + "  ".join(outputs))
+    j = cmp.judgement
+    if j is not None:  # the run's one gate (compare/gate.py): which rule, and why it passes or fails
+        con.print(f"gate {j.rule}: {safe(j.summary)}", highlight=False)
     if cmp.passed(allow_unmatched):
         con.print(f"[bold {STYLE[PASS]}]PASS[/]")
         return
-    why = []
+    why = [f"diagnose says {j.verdict}" + (f" at {safe(j.culprit) or '<root>'}" if j.culprit is not None else "")] \
+        if j is not None and j.rule == "noise" else []
     if counts.get(FAIL):
         why.append(f"{counts[FAIL]} FAIL")
     if bad:

@@ -7,15 +7,15 @@ import os
 
 from ..base.jsonsafe import csv_cell
 from ..compare.run import Comparison
-from .table import columns, row
+from .table import table_columns, table_rows
 
 
 def write_csv(cmp: Comparison, path: str | os.PathLike[str]) -> None:
-    """Write the comparison table as CSV (UTF-8, header row first)."""
-    cols = columns(cmp.results)
+    """Write the comparison table as CSV (UTF-8, header row first; every step, with Rank and Step columns
+    when the comparison covers more than one)."""
+    cols = table_columns(cmp)
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(cols)
-        for r in cmp.results:
-            values = row(r, cols)
+        for _, values in table_rows(cmp, cols):
             w.writerow([csv_cell(values[c]) for c in cols])

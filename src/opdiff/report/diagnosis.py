@@ -102,12 +102,38 @@ def render(d: Diagnosis, console: Console | None = None, *, golden: str = "", ta
             c.print(f"[bold]replay:[/] {r.conclusion}")
         else:
             c.print(f"[dim]replay skipped: {r.reason}[/]")
+    for line in confirmation_lines(d):
+        c.print(line)
     settings = d.evidence.settings
     if settings:
         c.print("[bold]settings that differ:[/] " + "; ".join(f"{k}: {v['golden']} vs {v['target']}" for k, v in settings.items()))
     c.print(f"[bold]advice:[/] {d.advice}")
     for w in d.warnings:
         c.print(f"[yellow]warning:[/] {w}")
+
+
+def confirmation_lines(d: Diagnosis) -> list[str]:
+    """How the verdict was confirmed, for the console: patch (with the model-output error before and after
+    and every culprit, down to its op), replay, or the dumps' statistics only."""
+    doc = d.confirmation()
+    method = doc.get("method")
+    if method == "statistics":
+        why = doc.get("patch", {}).get("reason")
+        return ["[bold]confirmed by:[/] statistics only (the runs were not re-executed"
+                + (f"; patching could not run: {safe(str(why))}" if why else "") + ")"]
+    if method == "replay":
+        return [f"[bold]confirmed by:[/] replay of the culprit op ({doc.get('status')})"]
+    lines = [f"[bold]confirmed by:[/] patch — {doc.get('status')}: model-output error {fmt(doc.get('error_before'), 3)}"
+             f" -> {fmt(doc.get('error_after'), 3)} (tolerance {fmt(doc.get('tolerance'), 3)}, {doc.get('runs')} re-runs)"]
+    for cu in doc.get("culprits", []):
+        op = f" op {cu['op']}" if cu.get("op") else ""
+        if not op and cu.get("inserted_ops"):
+            op = f" (its own code runs {', '.join(cu['inserted_ops'])}, which golden's does not)"
+        lines.append(f"  needed: {safe(cu.get('module') or '<root>')}{safe(op)} — error without it "
+                     f"{fmt(cu.get('error_without'), 3)}, golden given its output {fmt(cu.get('error_golden_broken'), 3)}")
+    if not doc.get("culprits") and doc.get("reason"):
+        lines.append(f"  {safe(str(doc['reason']))}")
+    return lines
 
 
 def write_html_page(d: Diagnosis, path: str | os.PathLike[str], *, comparison: Comparison,

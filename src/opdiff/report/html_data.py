@@ -80,7 +80,10 @@ def diagnosis_data(diagnosis: Diagnosis | None) -> dict[str, Any] | None:
     """The diagnosis' public fields as plain data (missing fields are left out: tolerant of new shapes)."""
     if diagnosis is None:
         return None
-    return {k: plain(getattr(diagnosis, k)) for k in DIAGNOSIS_FIELDS if hasattr(diagnosis, k)}
+    doc = {k: plain(getattr(diagnosis, k)) for k in DIAGNOSIS_FIELDS if hasattr(diagnosis, k)}
+    if hasattr(diagnosis, "confirmation"):
+        doc["confirmation"] = plain(diagnosis.confirmation())  # patch | replay | statistics only
+    return doc
 
 
 def _records(results: list[PairResult]) -> dict[str, list[Any]]:

@@ -12,6 +12,7 @@ from rich.table import Table
 from ..base.termsafe import safe
 from ..diagnose.types import Culprit
 from ..diagnose.verdict import Diagnosis
+from .diagnosis import confirmation_lines
 
 
 class PassLike(Protocol):
@@ -65,4 +66,6 @@ def render(res: HuntLike, console: Console | None = None) -> None:
     c.print(f"[bold]verdict: {res.verdict}[/]{where}")
     if res.diagnosis is not None:
         c.print(safe(res.diagnosis.summary))
+        for line in confirmation_lines(res.diagnosis):
+            c.print(line)
     c.print(f"outputs in {safe(str(res.out))} (hunt.json, diagnosis.json, pass dumps)")

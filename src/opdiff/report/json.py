@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from ..base.jsonsafe import clean, dumps, split_nonfinite
@@ -17,7 +18,7 @@ from ..base.version import __version__
 from ..compare.run import Comparison
 from ..metrics import names as M
 from ..store import Dump
-from .table import ACCURACY_REACHED
+from .table import ACCURACY_REACHED, parts
 
 SCHEMA = "opdiff-compare"
 SCHEMA_VERSION = 2  # 2: non-finite metrics are null + metrics_nonfinite (1: strings "NaN", "Infinity")
@@ -75,15 +76,35 @@ def comparison_json(cmp: Comparison, worst: int = 20, pairs: bool = True) -> dic
             "results": cmp.counts(),
             "statuses": cmp.status_counts(),
             "passed": cmp.passed(),
+            "gate": cmp.judgement.to_json() if cmp.judgement is not None else None,  # compare/gate.py
             "first_fail": ff.index if ff else None,
             "worst": [r.index for r in cmp.worst(worst)],
             "unmatched": {"golden": len(cmp.unmatched("golden")), "target": len(cmp.unmatched("target"))},
             "elapsed_s": round(cmp.elapsed, 4),
             "tensor_bytes": cmp.tensor_bytes,
             "workers": cmp.workers,
+            "steps": _steps(cmp),
         },
-        **({"pairs": [pair_json(r) for r in cmp.results]} if pairs else {}),
+        **({"pairs": [p for _, p in _pairs(cmp)]} if pairs else {}),
     }
+
+
+def _steps(cmp: Comparison) -> list[dict[str, Any]] | None:
+    """Each (rank, step) part of a multi-step comparison: its counts and whether it passes the fixed rules."""
+    if not cmp.other_steps:
+        return None
+    return [{"rank": rank, "step": step, "pairs": len(c.results), "results": c.counts(),
+             "passed_thresholds": c.passed_thresholds(every_step=False)} for (rank, step), c in parts(cmp)]
+
+
+def _pairs(cmp: Comparison) -> Iterator[tuple[PairResult, dict[str, Any]]]:
+    """Every step's pairs as JSON, each with its rank and step when the comparison covers more than one."""
+    for (rank, step), c in parts(cmp):
+        for r in c.results:
+            doc = pair_json(r)
+            if cmp.other_steps:
+                doc = {"rank": rank, "step": step, **doc}
+            yield r, doc
 
 
 def write_json(cmp: Comparison, path: str | os.PathLike[str]) -> None:
@@ -93,6 +114,6 @@ def write_json(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     enc = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=str)
     with open(path, "w", encoding="utf-8") as f:
         f.write(head[:-1] + ',"pairs":[\n')
-        for i, r in enumerate(cmp.results):
-            f.write(("," if i else "") + enc.encode(clean(pair_json(r))) + "\n")
+        for i, (_, doc) in enumerate(_pairs(cmp)):
+            f.write(("," if i else "") + enc.encode(clean(doc)) + "\n")
         f.write("]}\n")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ..base.pair import PairResult
 from ..base.vocab import FAIL, NA, PASS, WARNING
+from ..compare.run import Comparison
 from ..metrics import names as M
 
 ID_COLUMNS = (
@@ -70,3 +72,33 @@ def row(r: PairResult, cols: list[str]) -> dict[str, Any]:
             v = r.metrics.get(M.field_of(c))
             out[c] = NA if v is None else v
     return out
+
+
+STEP_COLUMNS = ("Rank", "Step")  # first columns of a multi-step comparison's table: which part a row belongs to
+
+
+def parts(cmp: Comparison) -> list[tuple[tuple[int, int], Comparison]]:
+    """Every (rank, step) part a comparison covers, in step order: the reports show each of them."""
+    return sorted(cmp.by_step().items(), key=lambda kv: (kv[0][1], kv[0][0]))
+
+
+def all_results(cmp: Comparison) -> list[PairResult]:
+    """The pairs of every step, step after step."""
+    return [r for _, c in parts(cmp) for r in c.results]
+
+
+def table_columns(cmp: Comparison) -> list[str]:
+    """The table's columns: `columns` over every step, led by Rank and Step when there is more than one."""
+    cols = columns(all_results(cmp))
+    return [*STEP_COLUMNS, *cols] if cmp.other_steps else cols
+
+
+def table_rows(cmp: Comparison, cols: list[str]) -> Iterator[tuple[PairResult, dict[str, Any]]]:
+    """(pair, column -> value) for every pair of every step, step after step."""
+    own = [c for c in cols if c not in STEP_COLUMNS]
+    for (rank, step), c in parts(cmp):
+        for r in c.results:
+            values = row(r, own)
+            if cmp.other_steps:
+                values["Rank"], values["Step"] = rank, step
+            yield r, values

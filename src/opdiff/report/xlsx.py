@@ -14,11 +14,12 @@ import os
 import re
 import zipfile
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 from ..base.vocab import FAIL, PASS, WARNING
 from ..compare.run import Comparison
-from .table import columns, row
+from .table import all_results, table_columns, table_rows
 
 FILLS = {PASS: "C6EFCE", WARNING: "FFEB9C", FAIL: "FFC7CE"}  # Excel's good / neutral / bad fills
 MAX_ROWS = 1 << 20  # Excel's sheet limit, header included: the CSV and JSON reports hold every row
@@ -125,18 +126,18 @@ def _sheet(cmp: Comparison, cols: list[str], last: str, nrows: int) -> Iterator[
     yield '</cols><sheetData><row r="1">'
     yield "".join(_cell(f"{a}1", c, ' s="1"') for a, c in zip(letters, cols))
     yield "</row>"
-    for i, r in enumerate(cmp.results[:nrows - 1], start=2):
+    for i, (r, values) in enumerate(islice(table_rows(cmp, cols), nrows - 1), start=2):
         st = _STYLE.get(r.result, 0)
         s = f' s="{st}"' if st else ""
-        values = row(r, cols)
         yield f'<row r="{i}">' + "".join(_cell(f"{a}{i}", values[c], s) for a, c in zip(letters, cols)) + "</row>"
     yield f'</sheetData><autoFilter ref="A1:{last}"/></worksheet>'
 
 
 def write_xlsx(cmp: Comparison, path: str | os.PathLike[str]) -> None:
-    """Write the comparison table as one sheet "compare" (at most MAX_ROWS rows, Excel's limit)."""
-    cols = columns(cmp.results)
-    nrows = min(len(cmp.results) + 1, MAX_ROWS)
+    """Write the comparison table as one sheet "compare" (at most MAX_ROWS rows, Excel's limit; every step,
+    with Rank and Step columns when the comparison covers more than one)."""
+    cols = table_columns(cmp)
+    nrows = min(len(all_results(cmp)) + 1, MAX_ROWS)
     last = f"{col_letter(len(cols) - 1)}{nrows}"
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
         zf.writestr("[Content_Types].xml", _CONTENT_TYPES)

@@ -48,6 +48,7 @@ class Scenario:
     world_size: int = 1
     fault_rank: int | None = None
     steps: int = STEPS  # how many steps the scenario needs to show its fault
+    loss_scale: float = 1.0  # the target's loss is multiplied by this before backward (and never unscaled)
 
 
 # -- faults ------------------------------------------------------------------------------------
@@ -123,6 +124,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("fp16_overflow", "gpt2", "sgd", "fp16 autocast: block 1's c_proj output x1e7 at step 1 (inf in target only)",
              Expected(("overflow",), 1, "forward", "transformer.h.1.mlp.c_proj", 0), fault=_overflow_at(1), fp16=True,
              steps=2),
+    Scenario("loss_scale", "gpt2", "sgd", "the loss multiplied by 1.1 before backward, never unscaled",
+             Expected(("inputs-differ",), 0, "backward"), loss_scale=1.1, steps=1),
     Scenario("rank_fault", "gpt2", "sgd", "two-rank data parallel; LayerNorm eps 1e-2 in block 1 on rank 1 only",
              Expected(("fault",), 0, "forward", "transformer.h.1.ln_1", 1), fault=_ln_eps_from(0), world_size=2,
              fault_rank=1, steps=1),
@@ -171,6 +174,8 @@ def train(name: str, role: str, path: str | os.PathLike | None, *, level: str = 
                 sc.fault(model, k)  # type: ignore[misc]
             with torch.autocast("cpu", dtype=torch.float16, enabled=sc.fp16):
                 loss = model(**inputs).loss
+            if role == "target" and sc.loss_scale != 1.0:
+                loss = loss * sc.loss_scale
             (scaler.scale(loss) if scaler is not None else loss).backward()
             if world > 1:
                 for p in model.parameters():

@@ -256,7 +256,15 @@ def _write_modules(writer: _Writer, proto: onnx.ModelProto, original: list[GNode
             return None
         return tuple(int(s) for s in arr.shape), NUMPY_TO_NAME[np.dtype(arr.dtype)]
 
-    bounds, missing = boundaries(original, sigs, list(feeds), [o.name for o in proto.graph.output], constants, spec_of)
+    def print_of(t: str) -> tuple[float, float] | None:
+        arr = values.get(t, feeds.get(t))
+        if not isinstance(arr, np.ndarray) or arr.dtype.kind != "f" or arr.size == 0:
+            return None
+        x = arr.astype(np.float64)
+        return float(x.sum()), float(np.abs(x).sum())
+
+    bounds, missing = boundaries(original, sigs, list(feeds), [o.name for o in proto.graph.output], constants, spec_of,
+                                 print_of)
     fused_away = []
     for b, role in events(bounds):
         node = (node_name(b.path, b.op, 0), 0)

@@ -12,6 +12,7 @@ records named like the torch capture's (modules.py).
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from pathlib import Path
@@ -24,8 +25,17 @@ MODULES_KEY = "opdiff.modules"  # model metadata: {path: {"op", "calls", "inputs
 
 
 def _specs(flat: list) -> list[list]:
-    """[[pos, shape, dtype], ...] of (pos, tensor) pairs."""
-    return [[pos, [int(s) for s in t.shape], str(t.dtype).removeprefix("torch.")] for pos, t in flat]
+    """[[pos, shape, dtype, fingerprint], ...] of (pos, tensor) pairs; the fingerprint (sum, sum of |x|, or
+    null) tells apart two tensors of one shape and dtype (a residual and the branch added to it)."""
+    return [[pos, [int(s) for s in t.shape], str(t.dtype).removeprefix("torch."), _fingerprint(t)] for pos, t in flat]
+
+
+def _fingerprint(t: Any) -> list[float] | None:
+    if not t.is_floating_point() or t.numel() == 0:
+        return None
+    x = t.detach().double()
+    a, b = float(x.sum()), float(x.abs().sum())
+    return [a, b] if math.isfinite(a) and math.isfinite(b) else None
 
 
 def module_signatures(model: Any, inputs: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -45,21 +45,51 @@ def read_signatures(proto: Any, key: str) -> dict[str, dict[str, Any]] | None:
     return None
 
 
-def _assign(specs: list[list], tensors: list[str], spec_of: Callable[[str], Spec | None]) -> tuple[list, list[str]]:
-    """Pair torch positions with graph tensors: in order when all agree, else by a unique (shape, dtype)."""
+Print = tuple[float, float]  # (sum, sum of |x|) of a float tensor
+
+
+def _assign(specs: list[list], tensors: list[str], spec_of: Callable[[str], Spec | None],
+            print_of: Callable[[str], Print | None] | None = None) -> tuple[list, list[str]]:
+    """Pair torch positions with graph tensors: in order when all agree and no two share a (shape, dtype), else
+    by a unique (shape, dtype), and among several of one (shape, dtype) by the values' fingerprint (the graph's
+    order of two same-shaped inputs is not torch's: a residual and the branch added to it)."""
     seen = [spec_of(t) for t in tensors]
     want = [(tuple(s[1]), s[2]) for s in specs]
-    if len(seen) == len(want) and all(a == b for a, b in zip(seen, want)):
+    by_value = print_of is not None and len(set(want)) < len(want) and all(len(s) > 3 and s[3] for s in specs)
+    if len(seen) == len(want) and all(a == b for a, b in zip(seen, want)) and not by_value:
         return [(s[0], t) for s, t in zip(specs, tensors)], []
     out, missing, used = [], [], set()
+    paired = _by_value(specs, want, tensors, seen, print_of) if by_value and print_of is not None else {}
     for s, w in zip(specs, want):
         hits = [t for t, got in zip(tensors, seen) if got == w and t not in used]
+        if want.count(w) > 1 and paired:
+            hits = [paired[s[0]]] if s[0] in paired else []
         if len(hits) == 1:
             out.append((s[0], hits[0]))
             used.add(hits[0])
         else:
             missing.append(s[0])
     return out, missing
+
+
+def _by_value(specs: list[list], want: list[Spec], tensors: list[str], seen: list[Spec | None],
+              print_of: Callable[[str], Print | None]) -> dict[str, str]:
+    """Torch position -> graph tensor for positions sharing a (shape, dtype) with another: closest fingerprints
+    first, each position and tensor used once (a tensor fused away leaves its position unpaired, never a
+    neighbour of the same shape in its place)."""
+    def dist(fp: list[float], t: str) -> float:
+        got = print_of(t)
+        if got is None:
+            return float("inf")
+        return (abs(got[0] - fp[0]) + abs(got[1] - fp[1])) / max(abs(fp[1]), abs(got[1]), 1e-30)
+
+    pairs = sorted((dist(s[3], t), s[0], t) for s, w in zip(specs, want) if want.count(w) > 1
+                   for t, got in zip(tensors, seen) if got == w)
+    out: dict[str, str] = {}
+    for d, pos, t in pairs:
+        if d != float("inf") and pos not in out and t not in out.values():
+            out[pos] = t
+    return out
 
 
 def _scopes(nodes: list[GNode]) -> list[str]:
@@ -73,7 +103,8 @@ def _scopes(nodes: list[GNode]) -> list[str]:
 
 def boundaries(nodes: list[GNode], sigs: dict[str, dict[str, Any]] | None, graph_inputs: list[str],
                graph_outputs: list[str], constants: set[str],
-               spec_of: Callable[[str], Spec | None]) -> tuple[list[Boundary], list[str]]:
+               spec_of: Callable[[str], Spec | None],
+               print_of: Callable[[str], Print | None] | None = None) -> tuple[list[Boundary], list[str]]:
     """Module calls and their observable tensors, and what could not be observed (one line each)."""
     consumers: dict[str, list[GNode]] = {}
     for n in nodes:
@@ -85,8 +116,8 @@ def boundaries(nodes: list[GNode], sigs: dict[str, dict[str, Any]] | None, graph
     root = (sigs or {}).get("", {})
     b = Boundary("", root.get("op", UNKNOWN_OP), first=-1.0, last=float(len(nodes)))
     if sigs:
-        b.inputs, lost_in = _assign(root.get("inputs", []), graph_inputs, spec_of)
-        b.outputs, lost_out = _assign(root.get("outputs", []), graph_outputs, spec_of)
+        b.inputs, lost_in = _assign(root.get("inputs", []), graph_inputs, spec_of, print_of)
+        b.outputs, lost_out = _assign(root.get("outputs", []), graph_outputs, spec_of, print_of)
     else:
         b.inputs, lost_in = [(f"kwargs.{n}", n) for n in graph_inputs], []
         b.outputs, lost_out = [(str(k), t) for k, t in enumerate(graph_outputs)], []
@@ -111,8 +142,8 @@ def boundaries(nodes: list[GNode], sigs: dict[str, dict[str, Any]] | None, graph
             ins += [x for x in n.inputs if x and x not in made_set and x not in constants and x not in ins]
         b = Boundary(path, sig.get("op", UNKNOWN_OP), first=inside[0].index - 0.5, last=inside[-1].index + 0.5)
         if sigs:
-            b.inputs, lost_in = _assign(sig.get("inputs", []), ins, spec_of)
-            b.outputs, lost_out = _assign(sig.get("outputs", []), outs, spec_of)
+            b.inputs, lost_in = _assign(sig.get("inputs", []), ins, spec_of, print_of)
+            b.outputs, lost_out = _assign(sig.get("outputs", []), outs, spec_of, print_of)
             missing += [f"{path}: {r} {p} not located (fused away, or not told apart by shape)" for r, ps in (("input", lost_in), ("output", lost_out)) for p in ps]
         else:
             b.outputs = [(str(k), t) for k, t in enumerate(outs)]

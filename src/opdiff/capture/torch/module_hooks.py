@@ -16,13 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ...store.names import record_name
 from .calls import Call, grad_hook, record_inputs, record_outputs, record_tensor, user_source
 from .layout import holds_dtensor, planned_inputs
 from .naming import flatten, flatten_call
+from .recorder import _version
 
 if TYPE_CHECKING:
     from .session import CaptureSession
 
+INPLACE = "inplace."  # pos prefix of an input recorded again after the call changed it in place
 NODE_KEY = "opdiff.module"  # autograd Node.metadata key: module path whose forward made the node
 
 try:
@@ -41,6 +44,7 @@ class Frame:
     call: Call | None  # None when the call itself is not recorded (api/aten level, filtered out)
     seq0: int  # first autograd sequence number this call could create
     grad_inputs: list | None = None  # (pos, tensor) of inputs whose gradient is wanted
+    versions: list | None = None  # (pos, tensor, version counter) of its inputs when the call began
 
 
 def install(s: CaptureSession) -> list:
@@ -78,6 +82,8 @@ def _pre(s: CaptureSession, path: str, op: str, is_root: bool, module, args: tup
         if c is None:
             return None
         record_inputs(s, c, args, kwargs)
+        if s.level == "module":
+            frame.versions = [(pos, t, _version(t)) for pos, t in flatten_call(args, kwargs)]
         if want_grads:
             frame.grad_inputs = [(pos, t) for pos, t in flatten_call(args, kwargs) if t.requires_grad]
         return None
@@ -93,11 +99,25 @@ def _post(s: CaptureSession, path: str, op: str, is_root: bool, module, args: tu
     with st.own_code():
         if frame.call is not None:
             record_outputs(s, frame.call, output, grad_hooks=s.backward and torch.is_grad_enabled())
+            if frame.versions:
+                record_mutated_inputs(s, frame.call, frame.versions)
         if frame.grad_inputs and frame.call is not None:
             watch_input_grads(s, frame.call, frame.grad_inputs, output, frame.seq0)
         if s.tag_graph:
             tag_autograd_nodes(output, path, frame.seq0)
         return None
+
+
+def record_mutated_inputs(s: CaptureSession, c: Call, versions: list) -> None:
+    """Inputs the call changed in place (their version counter moved): recorded again, as outputs of the call
+    (pos "inplace.<input pos>", extra["inplace_of"] its input record), so that a module which alters the tensor
+    its caller goes on using is seen doing it; the input record keeps the value the call was handed."""
+    for pos, t, version in versions:
+        if version is None or _version(t) == version:
+            continue
+        extra = {**(c.extra or {}), "inplace_of": record_name(c.node, c.direction, "input", pos)}
+        s.recorder.record(t, node=c.node, module=c.module, op=c.op, level=c.level, call=c.call, direction=c.direction,
+                          role="output", pos=f"{INPLACE}{pos}", source=c.source, extra=extra)
 
 
 def node_metadata(fn: Any) -> dict[str, Any]:

@@ -130,3 +130,14 @@ def preserved(model: Any, rng: bool = False) -> Iterator[ModelState | None]:
         yield state
     finally:
         state.restore()
+
+
+@contextmanager
+def rng_kept() -> Iterator[None]:
+    """Run the block, then put the RNG states back (torch CPU and CUDA, Python's, numpy's): an op opdiff
+    re-runs on its own (replay of a dropout, say) draws no number the user's next run would have drawn."""
+    state = _rng_state()
+    try:
+        yield
+    finally:
+        _set_rng_state(state)

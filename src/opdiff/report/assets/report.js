@@ -90,6 +90,15 @@
       h += "</table>";
     }
     if (d.replay) h += d.replay.status === "ok" ? `<p><b>Replay:</b> ${brk(d.replay.conclusion)}</p>` : `<p class="muted">Replay skipped: ${brk(d.replay.reason)}</p>`;
+    const cf = d.confirmation;
+    if (cf && cf.method === "patch") {
+      h += `<p><b>Confirmed by patch</b> (${brk(cf.status)}): model-output error ${fmt(cf.error_before, 3)} → ${fmt(cf.error_after, 3)} (tolerance ${fmt(cf.tolerance, 3)}, ${brk(cf.runs)} re-runs)</p>`;
+      if (cf.culprits && cf.culprits.length) {
+        h += "<table><tr><th>culprit needed</th><th>op</th><th>error without it</th><th>golden given its output</th></tr>";
+        for (const c of cf.culprits) h += `<tr><td><span class="mod" data-module="${esc(c.module || "")}">${brk(c.module || "<root>")}</span></td><td>${brk(c.op || (c.inserted_ops && c.inserted_ops.length ? "target only: " + c.inserted_ops.join(", ") : ""))}</td><td class="n">${fmt(c.error_without, 3)}</td><td class="n">${fmt(c.error_golden_broken, 3)}</td></tr>`;
+        h += "</table>";
+      }
+    } else if (cf) h += `<p class="muted">Confirmed by: ${cf.method === "replay" ? "replay of the culprit op" : "statistics only (the runs were not re-executed)"}</p>`;
     if (d.advice) h += `<p><b>Advice:</b> ${brk(d.advice)}</p>`;
     for (const w of d.warnings || []) h += `<p class="warn">warning: ${brk(w)}</p>`;
     box.innerHTML = h;

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import archs, catalog, grade, oracle
+from . import archs, catalog, grade, oracle, ort
 
 LEVELS = ("module", "api", "aten")
 PRECISIONS = ("fp32", "bf16")  # the target's dtype (golden is fp32)
@@ -73,6 +73,14 @@ def _capture(model, path: Path, level: str, inputs, planted: catalog.Planted | N
     return archs.output_tensor(out).detach().clone()
 
 
+def _plain(model, inputs) -> Any:
+    """The model output without capture (the oracle's reference)."""
+    import torch
+
+    with torch.no_grad():
+        return archs.output_tensor(model(**inputs)).detach().clone()
+
+
 class _Null:
     def __enter__(self):
         return self
@@ -92,6 +100,8 @@ def prepare(case: Case):
     planted = catalog.plant(case.klass, target, t_inputs)
     if planted.compile and case.level != "module":
         raise ValueError("compiled targets are captured at module level only")
+    if planted.ort and (case.level != "module" or case.precision != "fp32"):
+        raise ValueError("an ORT port is captured at module level (onnxruntime has no api/aten ops), of the fp32 model")
     if planted.inputs is not None:
         t_inputs = planted.inputs
     dtype = _target_dtype(planted, target)
@@ -128,6 +138,7 @@ def _run(case: Case, work: Path) -> dict[str, Any]:
     from ...base.errors import OpdiffError
     from ...compare import compare
     from ...diagnose import diagnose
+    from ...diagnose.gate import judge
 
     t0 = time.perf_counter()
     rec: dict[str, Any] = {**asdict(case), "id": case.id, "kind": catalog.CLASSES[case.klass].kind}
@@ -142,27 +153,75 @@ def _run(case: Case, work: Path) -> dict[str, Any]:
     if not proof.valid:
         return {**rec, "grade": grade.INVALID, "seconds": time.perf_counter() - t0}
     gdir, tdir = work / "golden", work / "target"
+    if planted.ort:  # the target runs the export under onnxruntime: prove the claim on that run's output
+        try:
+            onnx_path, feeds = ort.export(target, t_inputs, work / "ort")
+            proof = oracle.prove_benign(_plain(golden, inputs), ort.plain_output(target, t_inputs, onnx_path, feeds),
+                                        _target_dtype(planted, target))
+        except ValueError as exc:
+            return {**rec, "grade": grade.NOT_APPLICABLE, "reason": str(exc)[:300], "seconds": time.perf_counter() - t0}
+        rec["oracle"] = {"valid": proof.valid, "effect_units": proof.effect, "detail": proof.detail + " (ORT run)"}
+        if not proof.valid:
+            return {**rec, "grade": grade.INVALID, "seconds": time.perf_counter() - t0}
     try:
         g_out = _capture(golden, gdir, case.level, inputs, None)
-        t_out = _capture(target, tdir, case.level, t_inputs, planted)
+        if planted.ort:
+            ort.capture(onnx_path, feeds, tdir)
+            t_out = g_out
+        else:
+            t_out = _capture(target, tdir, case.level, t_inputs, planted)
         if planted.compile:  # the compiled run exists only under capture: prove the claim on its output
             proof = oracle.prove_benign(g_out, t_out, _target_dtype(planted, target))
             rec["oracle"] = {"valid": proof.valid, "effect_units": proof.effect, "detail": proof.detail + " (compiled run)"}
             if not proof.valid:
                 return {**rec, "grade": grade.INVALID, "seconds": time.perf_counter() - t0}
         cmp = compare(str(gdir), str(tdir), workers=1)
+        judge(cmp)  # what `opdiff compare` exits on (compare/gate.py)
         d = diagnose(str(gdir), str(tdir), comparison=cmp, replay=False, workers=1)
     except (OpdiffError, RuntimeError, ValueError, TypeError) as exc:
         return {**rec, "grade": grade.ERROR, "reason": f"{type(exc).__name__}: {str(exc)[:300]}",
                 "seconds": time.perf_counter() - t0}
     culprit = d.culprit.module if d.culprit is not None else None
     rec.update(verdict=d.verdict, culprit=culprit, summary=d.summary[:400], compare_passed=cmp.passed(),
-               diagnose_passed=d.exit_code == 0,
+               diagnose_passed=d.exit_code == 0, thresholds_passed=cmp.passed_thresholds(),
                candidates=[c.module for c in (d.candidates or [])[:5]])
     rec["grade"] = grade.grade(rec["kind"], planted.culprits, planted.expect, d.verdict, culprit)
     rec["disagree"] = rec["compare_passed"] != rec["diagnose_passed"]
+    if os.environ.get(PATCH_ENV) and not planted.compile:
+        rec["patch"] = _patch(d, golden, inputs, target, t_inputs, planted, rec["kind"])
     rec["seconds"] = time.perf_counter() - t0
     return rec
+
+
+PATCH_ENV = "OPDIFF_SWEEP_PATCH"  # set (bench/diagnosis_sweep.py --patch): each case is also confirmed by patching
+
+
+def _patch(d: Any, golden: Any, inputs: Any, target: Any, t_inputs: Any, planted: catalog.Planted,
+           kind: str) -> dict[str, Any]:
+    """Confirm the diagnosis by patching (diagnose_models' proof, the target run inside the planted context)
+    and grade the verdict it leaves, as the statistics' verdict is graded."""
+    from ...capture.torch.patching import TorchPatcher, model_runner
+    from ...diagnose.run import confirm_by_patching
+
+    plain = model_runner(target, t_inputs, 0)
+
+    def target_run(install: Any) -> None:
+        with planted.running():
+            plain(install)
+    t0 = time.perf_counter()
+    try:
+        patcher = TorchPatcher(runners={"golden": model_runner(golden, inputs, 0), "target": target_run})
+        confirm_by_patching(d, patcher)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        return {"status": "error", "reason": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    proof = d.patch
+    culprit = d.culprit.module if d.culprit is not None else None
+    return {"status": proof.status if proof else None, "verdict": d.verdict, "culprit": culprit,
+            "culprits": [c.module for c in proof.culprits] if proof else [],
+            "ops": [c.op for c in proof.culprits] if proof else [],
+            "grade": grade.grade(kind, planted.culprits, planted.expect, d.verdict, culprit),
+            "error_before": proof.error_before if proof else None, "error_after": proof.error_after if proof else None,
+            "seconds": time.perf_counter() - t0}
 
 
 def run_training(case: Case, work: Path) -> dict[str, Any]:
@@ -171,6 +230,7 @@ def run_training(case: Case, work: Path) -> dict[str, Any]:
     from ...capture import capture
     from ...compare import compare
     from ...diagnose import diagnose
+    from ...diagnose.gate import judge
     from . import training
 
     try:
@@ -188,15 +248,16 @@ def run_training(case: Case, work: Path) -> dict[str, Any]:
         for s, name in ((g, "golden"), (t, "target")):
             with capture(s.model, work / name, level=case.level, mode="tensor", backward=True, optimizer=s.optimizer) as cap:
                 training.train(s, cap)
-        # as the two commands do: `opdiff compare` compares the first step, `opdiff diagnose` every step
+        # as the two commands do: `opdiff compare` judges every step by the one gate, `opdiff diagnose` too
         cmp = compare(str(work / "golden"), str(work / "target"), workers=1)
+        judge(cmp)
         d = diagnose(str(work / "golden"), str(work / "target"), replay=False, workers=1)
     except (OpdiffError, RuntimeError, ValueError, TypeError) as exc:
         return {**rec, "grade": grade.ERROR, "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
     c = d.culprit
     rec.update(verdict=d.verdict, culprit=c.module if c is not None else None, summary=d.summary[:400],
                step=c.step if c is not None else None, direction=c.direction if c is not None else None,
-               compare_passed=cmp.passed(), diagnose_passed=d.exit_code == 0)
+               compare_passed=cmp.passed(), diagnose_passed=d.exit_code == 0, thresholds_passed=cmp.passed_thresholds())
     rec["grade"] = grade.grade_training(truth.step, truth.direction, truth.culprits, truth.expect, d.verdict, rec["step"],
                                         rec["direction"], rec["culprit"])
     rec["disagree"] = rec["compare_passed"] != rec["diagnose_passed"]

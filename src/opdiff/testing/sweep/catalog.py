@@ -27,6 +27,7 @@ class Planted:
     threads: int | None = None
     autocast: Any = None  # torch dtype of CPU autocast for the target run
     compile: bool = False
+    ort: bool = False  # the target is the model exported to ONNX and run under onnxruntime (sweep/ort.py)
 
     def running(self) -> contextlib.AbstractContextManager[None]:
         """The settings the target runs under (thread count, autocast)."""
@@ -376,6 +377,11 @@ def _compiled(model, inputs, block):
     return Planted((), "target run by torch.compile (Inductor)", ("pass", "drift"), compile=True)
 
 
+def _ort(model, inputs, block):
+    return Planted((), "target exported to ONNX (TorchScript exporter) and run under onnxruntime", ("pass", "drift"),
+                   ort=True)
+
+
 def _training_only(model, inputs, block):
     raise ValueError("a training class: run by sweep.training, not planted into a forward")
 
@@ -407,6 +413,7 @@ CLASSES: dict[str, Klass] = {k.name: k for k in [
     Klass("autocast", "benign", "bf16 autocast", _autocast),
     Klass("sdpa", "benign", "SDPA instead of eager attention", _sdpa),
     Klass("compiled", "benign", "torch.compile (Inductor)", _compiled),
+    Klass("ort", "benign", "an ORT port: exported to ONNX, run under onnxruntime", _ort),
     *[Klass(name, "training", summary, _training_only) for name, summary in (
         ("train_backward", "a custom autograd backward 2 % off (forward exact)"),
         ("train_lr_group", "one param group's learning rate x1.1"),

@@ -1,0 +1,38 @@
+"""An input a module call changed in place, judged against what golden's caller still holds.
+
+Module-level capture records an input again, as an output of the call (pos "inplace.<pos>",
+extra["inplace_of"]), when the call moved its version counter (capture/torch/module_hooks.py). Golden's
+call, leaving it alone, has no such record: its counterpart is golden's input record, whose value the
+caller keeps using. Their difference is the call's own error, so the module that alters its input is
+blamed, not the parent whose later code reads the altered tensor.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..base.errors import DumpError
+from ..base.pair import PairResult
+from ..metrics import names as M
+from ..metrics.tensor import tensor_metrics
+from ..store import Dump
+
+KEY = "inplace_of"
+
+
+def inplace_error(p: PairResult, golden: Dump | None, target: Dump | None) -> float | None:
+    """Relative error of a target-only in-place record against golden's input record (None: not one, or no data)."""
+    t = p.target
+    if p.golden is not None or t is None or golden is None or target is None or not t.has_data:
+        return None
+    name = (t.extra or {}).get(KEY)
+    g = golden.get(name) if isinstance(name, str) else None
+    if g is None or not g.has_data or g.shape != t.shape:
+        return None
+    try:
+        m = tensor_metrics(golden.tensor(g), target.tensor(t))
+    except (DumpError, ValueError, TypeError):
+        return None
+    terms = [float(x) for x in (m.get(M.RED), m.get(M.NORM_MAX_ABS_ERR))
+             if isinstance(x, (int, float)) and math.isfinite(float(x))]
+    return max(terms) if terms else None
