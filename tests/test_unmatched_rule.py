@@ -117,3 +117,37 @@ def test_bf16_autocast_casts_do_not_fail_compare_and_both_commands_agree(tmp_pat
     d = run_cli("diagnose", g, t, "--no-replay")
     assert c.code == d.code == 0, c.text + d.text
     assert f"unmatched target records: {len(casts)}" in c.out
+
+
+
+def _tail_run(path, fused: bool, norm_reads_block: bool) -> None:
+    """A model ending in a block (a Linear, then a dropout whose output a residual add the capture does not
+    see turns into the block's output; the block also returns its attention weights as output 1) and a final
+    norm; `fused`: the target runs the block as one kernel, only its input and the norm are recorded."""
+    y2 = np.tanh(Y).astype(np.float32)
+    run = OpRun(path, level="module")
+    blk = run.begin("blk", "Block", [X])
+    if not fused:
+        h = run.op("blk.fc", "Linear", [(X, None)], [H])[0]
+        run.op("blk.drop", "Dropout", [(H, h)], [Y])
+        node, module, op, call = blk
+        out = run.tensor(node, module, op, call, "output", "0", Y, level="module")
+        run.tensor(node, module, op, call, "output", "1", H, level="module")
+    run.op("norm", "LayerNorm", [(Y, out if not fused and norm_reads_block else None)], [y2])
+    run.close()
+
+
+@pytest.mark.parametrize("norm_reads_block", [True, False])
+def test_a_fused_block_tail_is_vouched_for_by_what_reads_the_block_output(tmp_path, norm_reads_block):
+    """A fused last block (as ORT fuses it): its children's outputs and its own outputs have no counterpart.
+    The dropout's output is vouched for by its block's output, which the compared final norm reads (`src`), and
+    the block's extra output by the call's first output. With no producer link to anything compared, both fail."""
+    _tail_run(tmp_path / "golden", False, norm_reads_block)
+    _tail_run(tmp_path / "target", True, norm_reads_block)
+    cmp = compare(tmp_path / "golden", tmp_path / "target")
+    assert {r.module for r in cmp.unmatched("golden")} == {"blk", "blk.fc", "blk.drop"}
+    failing = {(f.record.module, f.record.pos) for f in cmp.failing_unmatched()}
+    if norm_reads_block:
+        assert failing == set() and cmp.passed()
+    else:
+        assert {("blk.drop", "0"), ("blk", "1")} <= failing and not cmp.passed()

@@ -39,6 +39,7 @@ from ..base.vocab import (
 from ..match.align import Pair, align
 from ..match.mapping import Mapping, load_mapping
 from ..metrics import names as M
+from ..metrics.batch import SMALL_PAIR, PairItem, batch_metrics
 from ..metrics.counts_mode import counts_compare, needs_counts
 from ..metrics.hash_mode import hash_equal, hash_metrics
 from ..metrics.masks import mask_pair, mask_view
@@ -48,7 +49,7 @@ from ..metrics.tensor import TensorDataError, TensorSource, Workspace, pair_metr
 from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower_precision, preset
 from ..metrics.verdict import verdict
 from ..store import Dump, load
-from ..store.format import FLOAT_DTYPES, dtype_name
+from ..store.format import FLOAT_DTYPES, dtype_name, numpy_dtype
 from .gate import Judgement
 from .parts import open_pair, shared_steps
 from .sameness import check_comparable
@@ -165,6 +166,8 @@ def badness(r: PairResult) -> float:
 
 def _pair_mode(mode: str, g: Record, t: Record) -> tuple[str | None, str]:
     """The mode a pair is compared in, or (None, why not)."""
+    if g.data is not None and t.data is not None and (mode == "auto" or mode == "tensor"):
+        return "tensor", ""  # most pairs, decided without building the table below
     have = {
         "tensor": g.data is not None and t.data is not None,
         "stats": g.stats is not None and t.stats is not None,
@@ -229,11 +232,12 @@ def precision_floors(records: list[Record]) -> dict[str, str | None]:
 
 def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "auto",
                  thresholds: Thresholds | None = None, ws: Workspace | None = None,
-                 floor: str | None = None) -> PairResult:
+                 floor: str | None = None, computed: Metrics | None = None) -> PairResult:
     """Compare one aligned pair; never raises on bad data (the pair becomes N/A with the reason).
 
     `floor`: lowest float precision that ran before the pair (see precision_floors); None judges
-    the pair by its own dtypes."""
+    the pair by its own dtypes. `computed`: the pair's tensor metrics when a batch computed them
+    already (small_pair_metrics); every check and the verdict are still made here."""
     thresholds = thresholds or preset("default")
     g, t = pair.golden, pair.target
     if g is None or t is None:
@@ -264,8 +268,8 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
         metrics = stats_metrics(g.stats, t.stats)
     else:
         try:
-            metrics = pair_metrics(_source(golden_dump, g), _source(target_dump, t), ws,
-                                   golden_range=_range(g), target_range=_range(t))
+            metrics = computed if computed is not None else pair_metrics(
+                _source(golden_dump, g), _source(target_dump, t), ws, golden_range=_range(g), target_range=_range(t))
         except (TensorDataError, DumpError) as exc:
             return _result(pair, STATUS_ERROR, pmode, err=f"data unreadable: {exc}")
     msgs = [metrics.pop(ERR_MESSAGE, "")]
@@ -311,8 +315,6 @@ def _as_dump(d: Dump | str | os.PathLike[str]) -> Dump:
 
 
 def _nbytes(r: Record) -> int:
-    from ..store.format import numpy_dtype
-
     return r.numel * numpy_dtype(r.dtype).itemsize if r.data is not None else 0
 
 
@@ -386,8 +388,40 @@ def plan_pairs(golden: Dump, target: Dump, mapping: Mapping | None, mode: str) -
 
 def compare_subset(golden: Dump, target: Dump, plan: PairPlan, positions: list[int], mode: str,
                    thresholds: Thresholds, ws: Workspace | None = None) -> list[tuple[int, PairResult]]:
-    """(position, result) of the plan's pairs at `positions`, by compare_pair."""
-    return [(i, compare_pair(golden, target, plan.pairs[i], mode, thresholds, ws, plan.floors[i])) for i in positions]
+    """(position, result) of the plan's pairs at `positions`, by compare_pair (the small tensor pairs'
+    metrics computed together first: small_pair_metrics)."""
+    done = small_pair_metrics(golden, target, plan.pairs, positions, mode, ws) if ws is not None else {}
+    return [(i, compare_pair(golden, target, plan.pairs[i], mode, thresholds, ws, plan.floors[i], done.get(i)))
+            for i in positions]
+
+
+def _batchable(g: Record | None, t: Record | None, mode: str) -> bool:
+    """A pair compare_pair would compare on tensor data, small enough to join a batch."""
+    return (g is not None and t is not None and 0 < g.numel <= SMALL_PAIR and not g.extra.get(DAMAGED)
+            and not t.extra.get(DAMAGED) and not needs_counts(g, t) and tuple(g.shape) == tuple(t.shape)
+            and _pair_mode(mode, g, t)[0] == "tensor")
+
+
+def small_pair_metrics(golden: Dump, target: Dump, pairs: list[Pair], positions: list[int], mode: str,
+                       ws: Workspace) -> dict[int, Metrics]:
+    """Position -> tensor metrics of the small pairs among `positions`, computed in one batch
+    (metrics/batch.py). A pair left out (unreadable, not matching its record or hash) is compared on its
+    own by compare_pair, which names the problem."""
+    items: list[PairItem] = []
+    where: list[int] = []
+    for i in positions:
+        g, t = pairs[i].golden, pairs[i].target
+        if not _batchable(g, t, mode):
+            continue
+        assert g is not None and t is not None  # _batchable
+        try:
+            items.append(PairItem(_source(golden, g), _source(target, t), _range(g), _range(t)))
+        except (TensorDataError, DumpError):
+            continue
+        where.append(i)
+    if len(items) < 2:
+        return {}
+    return {i: m for i, m in zip(where, batch_metrics(items, ws)) if m is not None}
 
 
 def finish(results: list[PairResult | None], golden: Dump, target: Dump) -> list[PairResult]:

@@ -11,7 +11,8 @@ that no compared pair shows (docs/reliability.md):
   links, followed through other unmatched ops), and none comes after it in its own module, inside it,
   or in an enclosing module other than the root.
 
-An input that is another record's output (`Record.src`) is skipped like a cast: its producer is judged.
+An input or output that is another record's output (`Record.src`: a parent returning its child's tensor)
+is skipped like a cast: its producer is judged.
 Everything else is an op one run adds or lacks whose effect the compared pairs after it show: a cast,
 copy or view (e.g. the casts bf16 autocast inserts), a fused kernel against its eager decomposition, an
 extra output of a call whose other tensors were compared. Whether those downstream pairs agree is the
@@ -56,9 +57,10 @@ def is_model_output(rec: Record) -> bool:
 
 
 def is_copy_of_output(rec: Record) -> bool:
-    """An input that is another record's output (`src`): it holds nothing its producer does not, and the
-    producer is judged on its own (an output-only golden leaves every such input of the target unpaired)."""
-    return rec.role == "input" and bool(rec.src)
+    """An input or output that is another record's output (`src`: a consumer's input, a parent returning its
+    child's tensor, an eval-mode dropout): it holds nothing its producer does not, and the producer is judged
+    on its own (an output-only golden leaves every such input of the target unpaired)."""
+    return rec.role in ("input", "output") and bool(rec.src) and rec.src != rec.name
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,13 @@ class _Side:
         self.tree_last: dict[str, int] = {}  # module -> index of the last paired record in its subtree
         self.by_node: dict[str, list[Record]] = defaultdict(list)
         self.consumers: dict[str, list[Record]] = defaultdict(list)  # record name -> records made from it
+        self.own_outputs: dict[str, list[Record]] = defaultdict(list)  # module -> its own unpaired outputs
+        self.by_name: dict[str, Record] = {}
         for r in recs:
             self.by_node[r.node].append(r)
+            self.by_name[r.name] = r
+            if r.role == "output" and id(r) not in paired:
+                self.own_outputs[r.module].append(r)
             if r.src:
                 self.consumers[r.src].append(r)
             if id(r) in paired:
@@ -95,10 +102,26 @@ class _Side:
                     self.tree_last[m] = max(self.tree_last.get(m, -1), r.index)
 
     def observed_in_scope(self, rec: Record) -> bool:
-        """A paired record after `rec` in its module, inside it, or in an enclosing module but the root."""
+        """A paired record after `rec` in its module, inside it, or in an enclosing module but the root; or an
+        unpaired output of an enclosing module, after `rec`, that a paired record is made from (a fused last
+        block: its dropout's output reaches the compared final norm only through the block's own output)."""
         if self.tree_last.get(rec.module, -1) > rec.index:
             return True
-        return any(self.own_last.get(a, -1) > rec.index for a in _ancestors(rec.module))
+        if rec.role == "output" and any(o is not rec and o.role == "output" and self.output_observed(o)
+                                        for o in self.by_node[rec.node]):
+            return True  # an extra output of a call whose other outputs were compared
+        ancestors = _ancestors(rec.module)
+        if any(self.own_last.get(a, -1) > rec.index for a in ancestors):
+            return True
+        return any(o.index > rec.index and self.output_observed(o) for a in ancestors for o in self.own_outputs.get(a, ()))
+
+    def output_observed(self, out: Record) -> bool:
+        """An output that was compared, or that a compared record is made from (through its producer, when
+        it is a copy of another record's output)."""
+        if id(out) in self.paired:
+            return True
+        producer = self.by_name.get(out.src) if out.src else None
+        return self.observed_downstream(producer or out)
 
     def observed_downstream(self, rec: Record) -> bool:
         """A paired record made from what rec's op produced, through other unpaired ops (`Record.src`)."""

@@ -277,6 +277,11 @@ class Graph:
         return out
 
 
+def identity_key(r: Record | None) -> tuple[object, ...] | None:
+    """What recognises the same tensor passed on unchanged (content hash, or shape+statistics)."""
+    return _identity_key(r)
+
+
 def _identity_key(r: Record | None) -> tuple[object, ...] | None:
     """What recognises the same tensor passed on unchanged (content hash, or shape+statistics)."""
     if r is None:

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from statistics import median
 
 from ..metrics.thresholds import SIGNIFICANT
-from .graph import Graph, Tensor
+from .bounds import leaf_jump, op_kind, output_bound, tight_jump
+from .graph import Graph, Node, Tensor
 from .noise import AMPLIFICATION, UNIT, Noise
 
 MAX_FLOOR = 8.0
+REACH = 0.125  # an error already judged an op's own reaches a reader showing 1/8 of a fresh event's threshold
 PROPAGATION_HOPS = 12  # how far an error is followed to see that it matters downstream  # a fresh op of correct code never shows more than this many units as "noise" floor
 
 
@@ -106,14 +108,20 @@ def events(graph: Graph, noise: Noise) -> list[Event]:
             jump = t.err / thr if thr > 0 else math.inf
             if jump > 1 and inh > 0:
                 jump = min(jump, abs_jump(graph, noise, t, node.op, node.id))
+            tight = tight_jump(graph, t)
+            if tight is not None:  # an op whose noise is known exactly: its bound decides (bounds.py)
+                jump, thr = tight, t.err / tight if tight > 0 else thr
         if jump > 1:
-            blamed, how = graph.blame(t)
-            out.append(Event(t.id, blamed, how, t.err, inh, thr, jump, propagates(graph, noise, t)))
+            blamed, how = (node.id, "input") if leaf_jump(graph, t) is not None else graph.blame(t)
+            out.append(Event(t.id, blamed, how, t.err, inh, thr, jump, propagates(graph, noise, t, judged=True)))
     return out
 
 
-def propagates(graph: Graph, noise: Noise, t: Tensor) -> bool:
+def propagates(graph: Graph, noise: Noise, t: Tensor, judged: bool = False) -> bool:
     """Whether `t`'s error shows in what its readers compute, beyond what their other inputs explain.
+
+    `judged`: `t`'s error is already an event (its op's own beyond noise); its readers then only have
+    to show it (_shows), not prove it again.
 
     A difference nothing reads (an op's unused extra output, like a norm's saved mean) or that its
     readers wash out is no culprit. Without producer links (module-level dumps) readers are not
@@ -129,11 +137,26 @@ def propagates(graph: Graph, noise: Noise, t: Tensor) -> bool:
         outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
         if not outs:
             return True  # an op golden does not have, or outputs not recorded: cannot tell
-        others = [graph.tensors[s] for s in node.inputs + node.params if s != via]
-        inh = max((_background(graph, noise, o) for o in others), default=0.0)
-        if any(o.err is not None and o.err > noise.threshold(o.unit, inh, node.op, node.id) for o in outs):
+        if any(_shows(graph, noise, node, o, via, judged or t.role == "input") for o in outs):
             return True
     return False
+
+
+def _shows(graph: Graph, noise: Noise, node: Node, out: Tensor, via: int, carried: bool) -> bool:
+    """Whether a reader's output carries more error than its inputs other than `via` explain: a sum carries
+    an event's error or a changed input (`carried`) into its output (only an equal and opposite error
+    cancels it); a reader of a tight kind must exceed its bound without `via` (bounds.py); any other must
+    show REACH of a fresh event's threshold beyond what its other inputs bring."""
+    if out.err is None:
+        return False
+    if carried and op_kind(node.op) == "sum" and out.abs_err:
+        return True
+    bound = output_bound(graph, out, skip=via)
+    if bound is not None and out.abs_err is not None:
+        return out.abs_err > bound
+    others = [graph.tensors[s] for s in node.inputs + node.params if s != via]
+    inh = max((_background(graph, noise, o) for o in others), default=0.0)
+    return out.err > max(noise.threshold(out.unit, inh, node.op, node.id) * REACH, noise.allowance(node.op, node.id) * inh)
 
 
 def _background(graph: Graph, noise: Noise, t: Tensor) -> float:

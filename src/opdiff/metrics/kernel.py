@@ -397,6 +397,17 @@ def fold(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int) -> N
 
 
 @_jit
+def fold_segments(g: Chunk, t: Chunk, offsets: I64, params: F64, acc: F64, cnt: I64, o: F64) -> None:
+    """Fold many small pairs laid end to end in one call: pair s is g[offsets[s]:offsets[s + 1]] (and t's),
+    with its own parameter row params[s] and accumulator rows acc[s], cnt[s]. Each pair is folded exactly
+    as `fold` folds it alone (flat indices count from the pair's start): one call instead of one per pair."""
+    for s in range(offsets.size - 1):
+        a = offsets[s]
+        b = offsets[s + 1]
+        fold(g[a:b], t[a:b], params[s], acc[s], cnt[s], o, 0)
+
+
+@_jit
 def chunk_careful(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, base: int) -> None:
     """Fold a chunk holding nan/inf: count them per side, compare the finite pairs one by one."""
     for i in range(g.size):

@@ -68,6 +68,7 @@ class Workspace:
     chunk: int = CHUNK_ELEMENTS
     _bufs: dict[tuple[str, np.dtype | None], np.ndarray] = field(default_factory=dict)
     _maps: OrderedDict[Path, mmap.mmap] = field(default_factory=OrderedDict)
+    _fds: OrderedDict[Path, int] = field(default_factory=OrderedDict)  # files read by pread, kept open
 
     def buf(self, role: str, dtype: np.dtype) -> np.ndarray:
         b = self._bufs.get((role, dtype))
@@ -103,26 +104,44 @@ class Workspace:
         if buf is None or buf.nbytes < nbytes:
             buf = self._bufs[(role, None)] = np.empty(max(nbytes, 64 << 10), dtype=np.uint8)
         view = memoryview(buf.data)[:nbytes]
+        self.pread(path, offset, view)
+        return view
+
+    def opened(self, path: Path) -> int:
+        """A read-only descriptor of `path`, kept open for the OPEN_MAPS files read last (a shard of many
+        small tensors is opened once, not once per tensor)."""
+        fd = self._fds.get(path)
+        if fd is not None:
+            self._fds.move_to_end(path)
+            return fd
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = self._fds[path] = os.open(path, os.O_RDONLY)
         except OSError as exc:
             raise TensorDataError(f"{path}: cannot open: {exc.strerror or exc}") from None
+        while len(self._fds) > OPEN_MAPS:
+            os.close(self._fds.popitem(last=False)[1])
+        return fd
+
+    def pread(self, path: Path, offset: int, view: memoryview) -> None:
+        """Fill `view` with the bytes of `path` at `offset`; TensorDataError when the file ends before."""
+        nbytes = len(view)
+        fd = self.opened(path)
         try:
             got = os.preadv(fd, [view], offset) if nbytes else 0
             size = os.fstat(fd).st_size if got < nbytes else 0
         except OSError as exc:
             raise TensorDataError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        finally:
-            os.close(fd)
         if got < nbytes:
             raise TensorDataError(f"{path}: tensor is truncated (needs bytes up to {offset + nbytes}, the file "
                                   f"has {size})")
-        return view
 
     def close(self) -> None:
         for mm in self._maps.values():
             _close_map(mm)
         self._maps.clear()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
     def __enter__(self) -> Workspace:
         return self
@@ -328,11 +347,12 @@ def _log_ratio(sa: float, sb: float, sd: float) -> float:
     return math.log1p(x) if x > -0.5 else math.log(sa) - math.log(sb)
 
 
-def finalize(acc: np.ndarray, cnt: np.ndarray, numel: int, golden_absmax: float | None,
+def finalize(acc: np.ndarray | list[float], cnt: np.ndarray | list[int], numel: int, golden_absmax: float | None,
              shifts: tuple[float, float] = (0.0, 0.0)) -> Metrics:
-    """Turn the kernel's accumulators into the metrics dict (docs/metrics.md)."""
-    a = [float(x) for x in acc]
-    c = [int(x) for x in cnt]
+    """Turn the kernel's accumulators (arrays, or their rows as Python lists) into the metrics dict
+    (docs/metrics.md)."""
+    a: list[float] = acc.tolist() if isinstance(acc, np.ndarray) else acc
+    c: list[int] = cnt.tolist() if isinstance(cnt, np.ndarray) else cnt
     n = c[K.C_FINITE]
     out = na_metrics("", None)
     msgs: list[str] = []
@@ -422,6 +442,9 @@ def warm_up() -> None:
                 t.setflags(write=not t_ro)
                 tensor_metrics(g, t)
                 K.finite_range(g)
+    for ramp in ramps:  # the batched path (metrics/batch.py): pairs laid end to end, one call
+        K.fold_segments(ramp.copy(), ramp.copy(), np.array([0, 2, 5]), np.zeros((2, K.N_PARAM)),
+                        np.zeros((2, K.N_ACC)), np.zeros((2, K.N_CNT), dtype=np.int64), np.zeros(K.N_ACC))
     half = np.zeros(1, dtype=np.uint16)
     K.half_to_float(half, np.zeros(1, dtype=np.float32))
     half.setflags(write=False)  # as a mapped shard gives it

@@ -5,9 +5,8 @@ from __future__ import annotations
 import csv
 import os
 
-from ..base.jsonsafe import csv_cell
 from ..compare.run import Comparison
-from .table import table_columns, table_rows
+from .table import table_columns, table_value_rows
 
 
 def write_csv(cmp: Comparison, path: str | os.PathLike[str]) -> None:
@@ -17,5 +16,5 @@ def write_csv(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(cols)
-        for _, values in table_rows(cmp, cols):
-            w.writerow([csv_cell(values[c]) for c in cols])
+        # csv writes each cell as csv_cell does (floats by repr: nan, inf, -inf; None empty; bools True/False)
+        w.writerows(values for _, values in table_value_rows(cmp, cols))

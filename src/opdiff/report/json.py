@@ -6,12 +6,11 @@ Non-finite numbers follow opdiff's one rule (base/jsonsafe.py): `null`, and for 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from typing import Any
 
-from ..base.jsonsafe import clean, dumps, split_nonfinite
+from ..base.jsonsafe import compact, dumps, split_nonfinite
 from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.version import __version__
@@ -111,9 +110,8 @@ def write_json(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     """Write the JSON report (strict JSON: allow_nan=False), one pair per line, streamed: memory
     does not grow with the number of pairs."""
     head = dumps(comparison_json(cmp, pairs=False), separators=(",", ":"))
-    enc = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=str)
     with open(path, "w", encoding="utf-8") as f:
         f.write(head[:-1] + ',"pairs":[\n')
         for i, (_, doc) in enumerate(_pairs(cmp)):
-            f.write(("," if i else "") + enc.encode(clean(doc)) + "\n")
+            f.write(("," if i else "") + compact(doc) + "\n")
         f.write("]}\n")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..base.pair import PairResult
@@ -74,6 +74,18 @@ def row(r: PairResult, cols: list[str]) -> dict[str, Any]:
     return out
 
 
+def rows(results: Iterable[PairResult], cols: list[str]) -> Iterator[list[Any]]:
+    """Each pair's values in the order of `cols`, as `row` gives them, with the columns resolved once for
+    all rows (which metric field a column holds) rather than once per cell."""
+    plan = [(c, None if c in _FIXED else M.field_of(c)) for c in cols]
+    for r in results:
+        fixed, m = row(r, []), r.metrics
+        yield [fixed[c] if f is None else (NA if (v := m.get(f)) is None else v) for c, f in plan]
+
+
+_FIXED = frozenset(ID_COLUMNS + TAIL_COLUMNS)  # the columns `row` fills whatever the metrics
+
+
 STEP_COLUMNS = ("Rank", "Step")  # first columns of a multi-step comparison's table: which part a row belongs to
 
 
@@ -102,3 +114,14 @@ def table_rows(cmp: Comparison, cols: list[str]) -> Iterator[tuple[PairResult, d
             if cmp.other_steps:
                 values["Rank"], values["Step"] = rank, step
             yield r, values
+
+
+def table_value_rows(cmp: Comparison, cols: list[str]) -> Iterator[tuple[PairResult, list[Any]]]:
+    """(pair, its values in the order of `cols`) for every pair of every step, as table_rows gives them, with
+    the columns resolved once (`rows`): what the CSV and XLSX writers write."""
+    own = [c for c in cols if c not in STEP_COLUMNS]
+    lead = [c for c in cols if c in STEP_COLUMNS]  # table_columns puts Rank and Step first
+    for (rank, step), c in parts(cmp):
+        at = {"Rank": rank, "Step": step}
+        for r, values in zip(c.results, rows(c.results, own)):
+            yield r, [at[k] for k in lead] + values if lead else values

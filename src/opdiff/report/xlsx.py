@@ -19,7 +19,7 @@ from typing import Any
 
 from ..base.vocab import FAIL, PASS, WARNING
 from ..compare.run import Comparison
-from .table import all_results, table_columns, table_rows
+from .table import all_results, table_columns, table_value_rows
 
 FILLS = {PASS: "C6EFCE", WARNING: "FFEB9C", FAIL: "FFC7CE"}  # Excel's good / neutral / bad fills
 MAX_ROWS = 1 << 20  # Excel's sheet limit, header included: the CSV and JSON reports hold every row
@@ -95,6 +95,8 @@ def _text(v: str) -> str:
 
 def _cell(ref: str, v: Any, s: str) -> str:
     """One <c> element; non-finite numbers are text ("nan", "inf"), as the CSV writes them."""
+    if type(v) is float and v - v == 0.0:  # most cells: a finite metric
+        return f'<c r="{ref}"{s}><v>{v!r}</v></c>'
     if isinstance(v, bool):
         return f'<c r="{ref}"{s} t="b"><v>{int(v)}</v></c>'
     if isinstance(v, int):
@@ -126,11 +128,36 @@ def _sheet(cmp: Comparison, cols: list[str], last: str, nrows: int) -> Iterator[
     yield '</cols><sheetData><row r="1">'
     yield "".join(_cell(f"{a}1", c, ' s="1"') for a, c in zip(letters, cols))
     yield "</row>"
-    for i, (r, values) in enumerate(islice(table_rows(cmp, cols), nrows - 1), start=2):
+    repeats = [c not in _UNIQUE for c in cols]  # columns whose texts repeat from row to row
+    texts: dict[str, str] = {}  # a repeating text -> its cell after the reference and style
+    for i, (r, values) in enumerate(islice(table_value_rows(cmp, cols), nrows - 1), start=2):
         st = _STYLE.get(r.result, 0)
         s = f' s="{st}"' if st else ""
-        yield f'<row r="{i}">' + "".join(_cell(f"{a}{i}", values[c], s) for a, c in zip(letters, cols)) + "</row>"
+        yield f'<row r="{i}">' + "".join(_cells(i, s, letters, values, repeats, texts)) + "</row>"
     yield f'</sheetData><autoFilter ref="A1:{last}"/></worksheet>'
+
+
+_UNIQUE = frozenset({"Golden Name", "Target Name", "Err_message", "Note"})  # texts not worth remembering
+
+
+def _cells(i: int, s: str, letters: list[str], values: list[Any], repeats: list[bool],
+           texts: dict[str, str]) -> list[str]:
+    """One row's cells, each as _cell writes it: finite numbers inline and repeating texts escaped once
+    (a call and an escape per cell were most of the cost)."""
+    out = []
+    for a, v, rep in zip(letters, values, repeats):
+        kind = type(v)
+        if kind is int or (kind is float and v - v == 0.0):
+            out.append(f'<c r="{a}{i}"{s}><v>{v!r}</v></c>')
+        elif kind is str and rep and v and (tail := texts.get(v)) is not None:
+            out.append(f'<c r="{a}{i}"{s}{tail}')
+        else:
+            head = f'<c r="{a}{i}"{s}'
+            cell = _cell(f"{a}{i}", v, s)
+            if kind is str and rep and v and len(texts) < 1 << 16:
+                texts[v] = cell[len(head):]
+            out.append(cell)
+    return out
 
 
 def write_xlsx(cmp: Comparison, path: str | os.PathLike[str]) -> None:

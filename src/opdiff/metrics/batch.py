@@ -1,0 +1,165 @@
+"""Metrics of many small tensor pairs at once: bulk reads, one kernel call, the same numbers as one by one.
+
+Comparing a small pair one at a time pays Python for every step (open, read, upcast, kernel call,
+accumulators) for a few hundred elements of work. Here the pairs of a batch are read with one pread
+per run of neighbouring tensors of a file, laid end to end per kernel dtype and folded by one call
+of `kernel.fold_segments`, which folds each pair exactly as `kernel.fold` folds it alone. A pair
+whose data cannot be read, or does not match its recorded hash, gets None: the caller compares it
+on its own, which names the problem; the rest of the batch is unaffected.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import xxhash
+
+from ..base.pair import Metrics
+from ..store.format import numpy_dtype
+from . import kernel as K
+from .tensor import F16, F32, TensorDataError, TensorSource, Workspace, _kl_norm, finalize, kernel_dtype, na_metrics
+
+SMALL_PAIR = 1 << 14  # elements per side: a pair at most this big is compared in a batch
+GAP = 4096  # bytes between two tensors of a file that one read still spans
+READ_MAX = 16 << 20  # bytes one read spans at most
+
+Range = tuple[float | None, float | None, float]
+
+
+@dataclass
+class PairItem:
+    """One small pair of a batch: both sources and, when the records' statistics give them, their ranges."""
+
+    golden: TensorSource
+    target: TensorSource
+    golden_range: Range | None = None
+    target_range: Range | None = None
+
+
+def batch_metrics(items: list[PairItem], ws: Workspace) -> list[Metrics | None]:
+    """Every item's metrics (as pair_metrics gives them), or None for an item to compare on its own."""
+    out: list[Metrics | None] = [None] * len(items)
+    gold = read_sources([it.golden for it in items], ws)
+    targ = read_sources([it.target for it in items], ws)
+    groups: dict[tuple[np.dtype, np.dtype], list[int]] = defaultdict(list)
+    for k, it in enumerate(items):
+        g, t = gold[k], targ[k]
+        if tuple(it.golden.shape) != tuple(it.target.shape):
+            continue  # pair_metrics says why
+        if it.golden.numel == 0:
+            out[k] = na_metrics("empty tensor: nothing to compare", numel=0)
+        elif g is not None and t is not None:
+            groups[(g.dtype, t.dtype)].append(k)
+    for ks in groups.values():
+        _fold_group(items, ks, gold, targ, out)
+    return out
+
+
+def _fold_group(items: list[PairItem], ks: list[int], gold: list[np.ndarray | None], targ: list[np.ndarray | None],
+                out: list[Metrics | None]) -> None:
+    """The pairs `ks` (one dtype per side) laid end to end, folded by one kernel call, finalized."""
+    first = items[ks[0]]
+    kd = kernel_dtype(first.golden.dtype, first.target.dtype)
+    g_all = _upcast(np.concatenate([a for k in ks if (a := gold[k]) is not None]), kd)  # all read: grouped
+    t_all = _upcast(np.concatenate([a for k in ks if (a := targ[k]) is not None]), kd)
+    offsets = np.zeros(len(ks) + 1, dtype=np.int64)
+    np.cumsum([items[k].golden.numel for k in ks], out=offsets[1:])
+    bounds = offsets.tolist()
+    params = np.empty((len(ks), K.N_PARAM), dtype=np.float64)
+    ranges = []
+    for j, k in enumerate(ks):
+        lo, hi = bounds[j], bounds[j + 1]
+        g_rng = items[k].golden_range or _finite_range(g_all[lo:hi])
+        t_rng = items[k].target_range or _finite_range(t_all[lo:hi])
+        params[j] = (*_kl_norm(g_rng[0], g_rng[1]), *_kl_norm(t_rng[0], t_rng[1]), g_rng[2], t_rng[2])
+        ranges.append((g_rng, t_rng))
+    acc = np.zeros((len(ks), K.N_ACC), dtype=np.float64)
+    cnt = np.zeros((len(ks), K.N_CNT), dtype=np.int64)
+    cnt[:, K.C_FIRST_MISMATCH] = -1
+    cnt[:, K.C_WORST_IDX] = -1
+    K.fold_segments(g_all, t_all, offsets, params, acc, cnt, np.zeros(K.N_ACC, dtype=np.float64))
+    for j, (k, a_row, c_row) in enumerate(zip(ks, acc.tolist(), cnt.tolist())):
+        (g_lo, g_hi, g_shift), (_, _, t_shift) = ranges[j]
+        absmax = None if g_lo is None or g_hi is None else max(abs(g_lo), abs(g_hi))
+        out[k] = finalize(a_row, c_row, bounds[j + 1] - bounds[j], absmax, (g_shift, t_shift))
+
+
+def _finite_range(x: np.ndarray) -> Range:
+    lo, hi, first, found = K.finite_range(x)
+    return (lo, hi, first) if found else (None, None, 0.0)
+
+
+def _upcast(raw: np.ndarray, kd: np.dtype) -> np.ndarray:
+    """The elements in the kernel dtype, converted as the one-pair reader converts them."""
+    if raw.dtype == kd:
+        return raw
+    if raw.dtype == F16 and kd == F32:
+        out = np.empty(raw.size, dtype=F32)
+        K.half_to_float(raw.view(np.uint16), out)
+        return out
+    return raw.astype(kd)
+
+
+def read_sources(sources: list[TensorSource], ws: Workspace) -> list[np.ndarray | None]:
+    """Each source's elements as a flat array of its dtype (None: unreadable, or its bytes do not match its
+    recorded hash). File sources are read by one pread per run of neighbouring tensors of a file."""
+    out: list[np.ndarray | None] = [None] * len(sources)
+    by_file: dict[object, list[int]] = defaultdict(list)
+    for k, src in enumerate(sources):
+        if src.array is not None:
+            out[k] = src.array.reshape(-1)
+        elif src.path is not None:
+            by_file[src.path].append(k)
+    for ks in by_file.values():
+        ks.sort(key=lambda k: sources[k].offset)
+        for run in _runs(sources, ks):
+            _read_run(sources, run, ws, out)
+    return out
+
+
+def _nbytes(src: TensorSource) -> int:
+    return src.numel * numpy_dtype(src.dtype).itemsize
+
+
+def _runs(sources: list[TensorSource], ks: list[int]) -> list[list[int]]:
+    """Sources of one file (sorted by offset) cut into runs that one read covers."""
+    runs: list[list[int]] = []
+    start = end = 0
+    for k in ks:
+        s = sources[k]
+        lo, hi = s.offset, s.offset + _nbytes(s)
+        if runs and lo - end <= GAP and max(end, hi) - start <= READ_MAX:
+            runs[-1].append(k)
+            end = max(end, hi)
+        else:
+            runs.append([k])
+            start, end = lo, hi
+    return runs
+
+
+def _read_run(sources: list[TensorSource], run: list[int], ws: Workspace, out: list[np.ndarray | None]) -> None:
+    """One pread for a run of tensors; each tensor checked against its hash. A read cut short leaves the
+    tensors past its end None (their pairs, compared alone, say the file is truncated)."""
+    first = sources[run[0]]
+    path = first.path
+    assert path is not None  # read_sources passes file sources only
+    start = first.offset
+    end = max(sources[k].offset + _nbytes(sources[k]) for k in run)
+    buf = np.empty(end - start, dtype=np.uint8)
+    try:
+        ws.pread(path, start, memoryview(buf.data))
+    except TensorDataError:
+        return
+    for k in run:
+        s = sources[k]
+        dt = numpy_dtype(s.dtype)
+        lo = s.offset - start
+        raw = buf[lo:lo + s.numel * dt.itemsize]
+        if s.hash and s.hash.startswith("xxh3:"):
+            h = xxhash.xxh3_64(f"{s.dtype}{list(s.shape)}".encode())
+            h.update(raw.data)
+            if "xxh3:" + h.hexdigest() != s.hash:
+                continue
+        out[k] = raw.view(dt)
