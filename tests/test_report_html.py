@@ -81,6 +81,27 @@ def test_html_embeds_every_pair_the_diagnosis_and_samples(tmp_path):
     assert len(s["g"]) == len(s["t"]) == gv.size == 32 and abs(s["g"][5] - float(gv[5])) < 1e-5
 
 
+def test_page_document_in_two_parts_joins_back(tmp_path):
+    """The page's document is split in two script elements (the bulk read after the chart is drawn); joined,
+    the two are the whole document, and the first holds what the chart and the table draw from."""
+    from opdiff.report import html_data
+
+    _dump(tmp_path / "g", None)
+    _dump(tmp_path / "t", 3)
+    cmp = compare(load(tmp_path / "g"), load(tmp_path / "t"))
+    doc = html_data.build(cmp, None)
+    first, more = html_data.split(doc)
+    assert html_data.join(first, more) == doc
+    assert set(first["metrics"]) == {"MaxAbsErr", "MaxRelativeErr"} and "msg" not in first["records"]
+    assert "RelativeEuclideanDistance" in more["metrics"] and len(more["msg"]) == 10
+    out = tmp_path / "r.html"
+    write_html(cmp, out)
+    text = out.read_text()
+    parts = [json.loads(gzip.decompress(base64.b64decode(text.split(f"id='{i}'>")[1].split("<")[0])))
+             for i in ("opdiff-data", "opdiff-data-more")]
+    assert html_data.join(*parts)["records"]["name"] == [r.name for r in cmp.results]
+
+
 def test_compare_cli_writes_html(tmp_path):
     _dump(tmp_path / "g", None)
     _dump(tmp_path / "t", None)

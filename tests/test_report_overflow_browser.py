@@ -59,6 +59,7 @@ def open_page(browser, report: Path, width: int):
     pg.on("request", lambda r: pg.errors.append(f"request {r.url}") if not r.url.startswith(("file:", "data:", "blob:")) else None)
     pg.goto(report.as_uri())
     pg.wait_for_selector("body[data-chart=drawn]", timeout=60_000)
+    pg.wait_for_selector("body[data-ready]", state="attached", timeout=60_000)  # tree, details, all metrics
     pg.wait_for_selector("#pp-hist .main-svg", timeout=30_000)  # the culprit's pair opened with its sample plots
     return pg
 

@@ -28,12 +28,20 @@ def _tail(module: str) -> str:
     return ".".join(module.split(".")[-2:])
 
 
+def _tails(raw: Counter[tuple[object, ...]]) -> Counter[tuple[object, ...]]:
+    """(module, ...) counts with each module path cut to its _tail, added up: each path is cut once."""
+    out: Counter[tuple[object, ...]] = Counter()
+    for (module, *rest), n in raw.items():
+        out[(_tail(str(module)), *rest)] += n
+    return out
+
+
 def _params(d: Dump) -> Counter[tuple[object, ...]]:
-    return Counter((_tail(r.module), r.pos, tuple(r.shape)) for r in d.records if r.role == "parameter")
+    return _tails(Counter((r.module, r.pos, tuple(r.shape)) for r in d.records if r.role == "parameter"))
 
 
 def _structure(d: Dump) -> Counter[tuple[object, ...]]:
-    return Counter((_tail(r.module), r.op) for r in d.records if r.role != "parameter")
+    return _tails(Counter((r.module, r.op) for r in d.records if r.role != "parameter"))
 
 
 # what a capture records as "model" when it wraps the user's model: says nothing about which model ran

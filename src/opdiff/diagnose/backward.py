@@ -65,6 +65,7 @@ def attach_param_grads(graph: Graph) -> None:
             graph.tensors[tid].node = owner
             graph.nodes[owner].outputs.append(tid)
         node.outputs = []
+    graph.changed()
 
 
 def wire_output_grads(graph: Graph, pairs: list[PairResult]) -> None:
@@ -110,6 +111,7 @@ def wire_output_grads(graph: Graph, pairs: list[PairResult]) -> None:
         for reader in reads:
             for g in grads_of.get(reader, []):
                 _add_input(graph, nid, g)
+    graph.changed()
 
 
 def _forward_readers(fwd: dict[str, Record]) -> dict[str, list[str]]:

@@ -25,7 +25,7 @@ from .inplace import inplace_error
 from .noise import pair_error
 
 
-@dataclass
+@dataclass(slots=True)
 class Tensor:
     """One record pair as diagnose sees it."""
 
@@ -47,10 +47,12 @@ class Tensor:
 
     @property
     def role(self) -> str:
-        return self.rec.role
+        rec = self.target if self.target is not None else self.golden
+        assert rec is not None
+        return rec.role
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     """One op or module call of the target run."""
 
@@ -82,11 +84,13 @@ class Graph:
     golden_only: list[int]
     levels: set[str]
     consumers: dict[int, list[int]] = field(default_factory=dict)  # tensor id -> input tensor ids that are it
-    _ends: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    _ends: dict[int, list[int]] = field(default_factory=dict, repr=False)  # node id -> its children's ends, sorted
     islands: set[str] = field(default_factory=set)  # narrow dtypes the target uses in a few places only
-    passthrough: set[int] = field(default_factory=set)  # inputs that golden passes on unchanged from an earlier output  # node id -> its children's ends, sorted
+    _passthrough: set[int] | None = field(default=None, repr=False)  # the passthrough property (build sets it)
     owner: dict[str, int] = field(default_factory=dict)  # module path -> its first (non-parameter) call
     direction: str = "forward"  # the pass the graph is of: forward | backward | update
+    _in_order: list[Tensor] | None = field(default=None, repr=False)  # in_order(), computed once
+    _known: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)  # known_sources() at the default depth
 
     def __post_init__(self) -> None:
         for inp, out in self.producer.items():
@@ -94,6 +98,24 @@ class Graph:
         for n in sorted(self.nodes, key=lambda n: n.start):
             if n.op != "parameter" and n.level != "param":
                 self.owner.setdefault(n.module, n.id)
+
+    @property
+    def passthrough(self) -> set[int]:
+        """Inputs that golden passes on unchanged from an earlier output (by content; build computes it)."""
+        if self._passthrough is None:
+            self._passthrough = _golden_passthrough(self.tensors)
+        return self._passthrough
+
+    def in_order(self) -> list[Tensor]:
+        """The target's tensors in its execution order (sorted once; every pass walks them in this order)."""
+        if self._in_order is None:
+            self._in_order = sorted((x for x in self.tensors if x.target is not None), key=_by_order)
+        return self._in_order
+
+    def changed(self) -> None:
+        """Forget what was derived from the nodes' tensors: call after moving tensors between nodes."""
+        self._known.clear()
+        self._ends.clear()
 
     def node_of(self, t: Tensor) -> Node | None:
         return self.nodes[t.node] if t.node >= 0 else None
@@ -130,10 +152,24 @@ class Graph:
         return self.scope_before(self.nodes[node.parent], node.start)
 
     def known_sources(self, t: Tensor, depth: int = 8) -> list[Tensor]:
-        """Sources with a known error, looking through unmatched tensors (ops golden does not have)."""
+        """Sources with a known error, looking through unmatched tensors (ops golden does not have).
+
+        Computed once per tensor at the default depth (calibration, events and verdict all ask): do not modify
+        the list returned."""
+        if depth != 8:
+            return self._known_sources(t, depth)
+        out = self._known.get(t.id)
+        if out is None:
+            out = self._known[t.id] = self._known_sources(t, depth)
+        return out
+
+    def _known_sources(self, t: Tensor, depth: int) -> list[Tensor]:
+        srcs = self.sources(t)
+        if len(srcs) == 1 and self.tensors[srcs[0]].err is not None:
+            return [self.tensors[srcs[0]]]  # the common case: one producer, matched
         out: list[Tensor] = []
         seen: set[int] = set()
-        stack = [(s, 0) for s in self.sources(t)]
+        stack = [(s, 0) for s in srcs]
         while stack:
             sid, d = stack.pop()
             if sid in seen:
@@ -253,7 +289,7 @@ def _identity_key(r: Record | None) -> tuple[object, ...] | None:
     if r.hash:
         return (r.dtype, r.shape, r.hash)
     s = r.stats
-    if s is None or r.numel <= 1 or not s.norm:
+    if s is None or not s.norm or r.numel <= 1:
         return None
     return (r.dtype, r.shape, s.min, s.max, s.mean, s.norm, s.zeros)
 
@@ -286,6 +322,10 @@ def _same_place(g: Record, t: Record) -> bool:
 
 def _abs_error(p: PairResult) -> float | None:
     v = p.metrics.get(M.MAX_ABS_ERR)
+    if v is None:
+        return None
+    if type(v) is float:
+        return v if math.isfinite(v) else None
     try:
         return float(v) if v is not None and math.isfinite(float(v)) else None
     except (TypeError, ValueError):
@@ -301,13 +341,17 @@ def hold_islands(tensors: list[Tensor]) -> set[str]:
     """Float dtypes narrower than golden's that the target uses only in a few places (one op computed in
     fp16 in an fp32 run): pairs in them are held to golden's rounding, as a precision bug is not the
     run's precision. Returns those island dtypes."""
-    golden_dtypes = Counter(t.golden.dtype for t in tensors if t.golden is not None and unit(t.golden.dtype) > 0)
+    g_all = Counter(t.golden.dtype for t in tensors if t.golden is not None)
+    golden_dtypes = Counter({d: n for d, n in g_all.items() if unit(d) > 0})  # first-seen order kept, as before
     if not golden_dtypes:
         return set()
     base = unit(golden_dtypes.most_common(1)[0][0])
-    target_dtypes = Counter(t.target.dtype for t in tensors if t.target is not None and unit(t.target.dtype) > 0)
+    t_all = Counter(t.target.dtype for t in tensors if t.target is not None)
+    target_dtypes = {d: n for d, n in t_all.items() if unit(d) > 0}
     total = sum(target_dtypes.values())
     islands = {d for d, n in target_dtypes.items() if unit(d) > base and n < ISLAND_SHARE * total}
+    if not islands:
+        return islands
     for t in tensors:
         if t.golden is not None and t.target is not None and t.target.dtype in islands and unit(t.golden.dtype) < t.unit:
             t.unit = unit(t.golden.dtype)
@@ -319,6 +363,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     """The graph of the target run's `direction` pass, with each record pair's error.
 
     With the dumps at hand, mask-like tensors are compared on their unmasked elements.
+    One pass over the pairs, with no per-pair allocation beyond the Tensor (100,000 pairs: docs/diagnose.md, "Speed").
     """
     tensors: list[Tensor] = []
     golden_only: list[int] = []
@@ -326,14 +371,17 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     node_ids: dict[str, int] = {}
     by_name: dict[str, int] = {}
     levels: set[str] = set()
+    units = _UnitCache()
     for p in pairs:
-        rec = p.record
+        g, t = p.golden, p.target
+        rec = t if t is not None else g
+        assert rec is not None  # a pair has at least one side
         if rec.direction != direction:
             continue
-        g, t = p.golden, p.target
         tid = len(tensors)
-        tensors.append(Tensor(tid, p, g, t, _error(p, golden, target), unit(g.dtype if g else None, t.dtype if t else None),
-                              abs_err=_abs_error(p), order=t.index if t is not None else -1))
+        err = _error(p, golden, target)
+        tensor = Tensor(tid, p, g, t, err, units.of(g, t), abs_err=_abs_error(p), order=t.index if t is not None else -1)
+        tensors.append(tensor)
         if t is None:
             golden_only.append(tid)
             continue
@@ -342,21 +390,45 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
         nid = node_ids.get(t.node)
         if nid is None:
             nid = node_ids[t.node] = len(nodes)
-            nodes.append(Node(nid, t.node, t.module, t.op, t.level, t.index, t.index))
-        n = nodes[nid]
-        n.start, n.end = min(n.start, t.index), max(n.end, t.index)
-        if g is not None and n.golden is None and tensors[tid].err is not None:
+            n = Node(nid, t.node, t.module, t.op, t.level, t.index, t.index)
+            nodes.append(n)
+        else:
+            n = nodes[nid]
+            if t.index < n.start:
+                n.start = t.index
+            elif t.index > n.end:
+                n.end = t.index
+        if g is not None and n.golden is None and err is not None:
             n.golden = g.node
-        tensors[tid].node = nid
-        {"input": n.inputs, "output": n.outputs, "parameter": n.params}.get(t.role, n.outputs).append(tid)
+        tensor.node = nid
+        role = t.role
+        (n.inputs if role == "input" else n.params if role == "parameter" else n.outputs).append(tid)
     islands = hold_islands(tensors)
-    order = sorted((x for x in tensors if x.target is not None), key=lambda x: x.order)  # order: the target's index
+    order = sorted((x for x in tensors if x.target is not None), key=_by_order)  # order: the target's index
     _nest(nodes)
     root = _root(nodes)
     producer = _producers(order, by_name, tensors)
-    passthrough = _golden_passthrough(tensors)
-    return Graph(tensors, nodes, root, producer, golden_only, levels, islands=islands, passthrough=passthrough,
-                 direction=direction)
+    # computed now, from the records as built (backward.wire_output_grads later adds tensors and changes roles)
+    return Graph(tensors, nodes, root, producer, golden_only, levels, islands=islands, direction=direction,
+                 _in_order=order, _passthrough=_golden_passthrough(tensors))
+
+
+def _by_order(t: Tensor) -> int:
+    return t.order
+
+
+class _UnitCache:
+    """unit() of a pair's two dtypes, once per dtype pair seen (a run has a handful)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str | None, str | None], float] = {}
+
+    def of(self, g: Record | None, t: Record | None) -> float:
+        key = (g.dtype if g is not None else None, t.dtype if t is not None else None)
+        u = self._seen.get(key)
+        if u is None:
+            u = self._seen[key] = unit(*key)
+        return u
 
 
 def _nest(nodes: list[Node]) -> None:

@@ -94,7 +94,7 @@ def events(graph: Graph, noise: Noise) -> list[Event]:
     """Every tensor whose error is its op's own, in the target's execution order."""
     skip = _root_inputs(graph)
     out: list[Event] = []
-    for t in sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order):
+    for t in graph.in_order():
         if t.err is None or t.err == 0 or t.id in skip:
             continue
         inh = inherited(graph, t)

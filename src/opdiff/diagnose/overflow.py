@@ -29,7 +29,7 @@ def _counts(t: Tensor) -> dict[str, int]:
 
 def first_overflow(graph: Graph) -> Overflow | None:
     """The first target tensor with more inf/nan than golden, computed from finite tensors."""
-    for t in sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order):
+    for t in graph.in_order():
         n_t = nonfinite(t.target.stats if t.target is not None else None)
         if n_t == 0:
             continue
@@ -82,9 +82,12 @@ def golden_overflows(graph: Graph) -> Record | None:
 def fit_warnings(graph: Graph, run_dtype: str, limit: int = 3) -> list[str]:
     """Golden values beyond the range of the target's dtype: overflows waiting to happen."""
     out: list[str] = []
-    both = sorted(((x, x.golden, x.target) for x in graph.tensors if x.target is not None and x.golden is not None),
-                  key=lambda x: x[0].order)
-    for t, g, tr in both:
+    narrow = {d for d, lim in RANGE.items() if lim < 1e30}  # the dtypes a golden value can be beyond
+    run_narrow = run_dtype in narrow
+    for t in graph.in_order():
+        g, tr = t.golden, t.target
+        if g is None or tr is None or not run_narrow and tr.dtype not in narrow:
+            continue
         g_max = absmax(g.stats)
         if g_max is None or has_fill(g) and (has_fill(tr) or nonfinite(tr.stats)):
             continue  # a mask filled with golden's finfo.min, the target's own fill (or -inf): no overflow

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..base import gcpause
 from ..base.errors import OpdiffError
 from ..base.pair import PairResult
 from ..base.vocab import STATUS_UNMATCHED
@@ -115,8 +116,9 @@ def diagnose(golden: Dump | str | os.PathLike[str], target: Dump | str | os.Path
     """
     from .steps import diagnose_run
 
-    diag = diagnose_run(_as_dump(golden), _as_dump(target), mapping=mapping, comparison=comparison, replay=replay,
-                        level=level, direction=direction, workers=workers, progress=progress, rank=rank, step=step)
+    with gcpause.paused():  # a million live objects of the comparison: no full collections over them (base/gcpause.py)
+        diag = diagnose_run(_as_dump(golden), _as_dump(target), mapping=mapping, comparison=comparison, replay=replay,
+                            level=level, direction=direction, workers=workers, progress=progress, rank=rank, step=step)
     if patcher is not None:
         confirm_by_patching(diag, patcher)
     return diag
@@ -138,7 +140,8 @@ def _own_records(pairs: list[PairResult], direction: str) -> list[PairResult]:
 def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: str | None = None, direction: str = "forward",
                   replay: bool = False) -> Diagnosis:
     """One pass (`direction`) of one (rank, step) part, from its comparison."""
-    pairs = [p for p in comparison.results if _keep(level)(p)]
+    keep = _keep(level)
+    pairs = list(comparison.results) if level is None else [p for p in comparison.results if keep(p)]
     if level is not None and not any(p.record.level == level for p in pairs):
         have = sorted({p.record.level for p in comparison.results})
         raise OpdiffError(f"{target.root}: no {level}-level records (the dumps hold {', '.join(have)}): nothing to diagnose")

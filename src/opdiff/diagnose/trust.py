@@ -24,8 +24,11 @@ def unreadable_warning(pairs: list[PairResult]) -> str | None:
 
 def unmatched_differences(comparison: Any, pairs: list[PairResult]) -> list[Failing]:
     """The comparison's failing unmatched records (Comparison.failing_unmatched) that lie among `pairs`."""
+    failing = comparison.failing_unmatched()
+    if not failing:
+        return []
     keep = {id(p.record) for p in pairs}
-    return [f for f in comparison.failing_unmatched() if id(f.record) in keep]
+    return [f for f in failing if id(f.record) in keep]
 
 
 def apply(diag: Any, comparison: Any, pairs: list[PairResult]) -> None:

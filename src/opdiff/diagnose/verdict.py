@@ -217,7 +217,6 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
     """From the culprit to the model output: diverging calls, one per module at the culprit's level
     (the last diverging call of each), each named by its own module, errors in one unit (_run_units)."""
     comps = culprit.module.split(".") if culprit.module else []
-    prefixes = {".".join(comps[:i]) for i in range(len(comps) + 1)}
     own = next((graph.tensors[i] for i in culprit.outputs if graph.tensors[i].err is not None), None)
     entries: list[dict[str, Any]] = [{
         "module": culprit.module, "node": culprit.name, "op": culprit.op,
@@ -225,13 +224,20 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
         "error_units": _num(_run_units(own, noise)),
         "cosine": own.pair.metrics.get(M.COSINE) if own is not None else None}]
     groups = [culprit.module]  # the module at the culprit's depth each entry stands for
-    for t in sorted((x for x in graph.tensors if x.target is not None and x.role == "output"), key=lambda x: x.order):
+    keys: dict[str, str] = {}  # module -> its group key (computed once per module)
+    for t in (x for x in graph.in_order() if x.role == "output"):
         if t.order < start_order or t.err is None or noise.agrees(t.err, t.unit):
             continue
         node = graph.nodes[t.node]
-        mc = node.module.split(".") if node.module else []
-        depth = max(i for i in range(len(mc) + 1) if ".".join(mc[:i]) in prefixes)
-        key = ".".join(mc[: depth + 1])
+        key = keys.get(node.module)
+        if key is None:
+            mc = node.module.split(".") if node.module else []
+            depth = 0  # how many leading parts it shares with the culprit's module (the deepest module enclosing both)
+            for part, cpart in zip(mc, comps):
+                if part != cpart:
+                    break
+                depth += 1
+            key = keys[node.module] = ".".join(mc[: depth + 1])
         entry = {"module": node.module, "node": node.name, "op": node.op, "record": t.rec.name,
                  "error_units": _num(_run_units(t, noise)), "cosine": t.pair.metrics.get(M.COSINE)}
         if groups[-1] == key:
@@ -245,7 +251,7 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
 
 
 def _first_divergence(graph: Graph, noise: Noise) -> Tensor | None:
-    for t in sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order):
+    for t in graph.in_order():
         if t.err is not None and not noise.agrees(t.err, t.unit):
             return t
     return None
@@ -314,7 +320,7 @@ def _first_compare_fail(graph: Graph, noise: Noise) -> Tensor | None:
     """The earliest pair compare judges FAIL although nothing it is computed from fails, and whose error
     reaches what reads it: an error of its own at compare's rule (compare's thresholds are per dtype;
     diagnose's calibrated floor may be wider). An output nothing reads stays no culprit."""
-    for t in sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order):
+    for t in graph.in_order():
         node = graph.node_of(t)
         if t.pair.result != FAIL or t.err is None or t.err <= t.unit or node is None or \
                 node.id == graph.root and t.role == "input":
@@ -480,8 +486,7 @@ def _output_errors(graph: Graph) -> list[tuple[Tensor, float]]:
         outs = usable([graph.tensors[i] for i in graph.nodes[graph.root].outputs])
         if outs or graph.direction != "backward":
             return outs
-    return usable(sorted((t for t in graph.tensors if t.target is not None and t.role == "output"),
-                         key=lambda t: t.order)[-4:])
+    return usable([t for t in graph.in_order() if t.role == "output"][-4:])
 
 
 def _node_evidence(graph: Graph, node: Node, t: Tensor) -> Evidence:

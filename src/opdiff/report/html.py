@@ -38,7 +38,7 @@ _BODY = """<header><h1 id="title"></h1><div id="sub" class="muted"></div><div id
 <section class="card" id="diag"><p class="muted">Loading the report ...</p></section>
 <section class="card"><div class="filters"><b>Error along execution</b>
 <select id="f-metric"><option value="eu">error in rounding units (u)</option><option value="omc">1 − cosine</option></select>
-<span class="muted">u = the rounding unit of the pair's lower precision; click a point to open its pair</span></div>
+<span class="muted">u = the rounding unit of the pair's lower precision; click a point to open its pair, drag to zoom</span></div>
 <div id="chart"></div></section>
 <div class="row">
 <section class="card" id="treebox"><b>Model</b> <span class="muted">(worst error and verdict per module; click to filter)</span><div id="tree"></div></section>
@@ -58,10 +58,12 @@ def page(doc: dict[str, Any], plotly: str | None) -> str:
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{html.escape(doc.get('title', 'opdiff report'))}</title>",
         f"<style>{_asset('report.css')}</style>",
-        f"<script>{js}</script>" if plotly else "",
+        # not run as the page loads (plotly takes seconds to start): report.js runs it for the pair charts
+        f"<script type='text/plain' id='opdiff-plotly'>{js}</script>" if plotly else "",
         "</head><body>", _BODY,
-        f"<script type='application/octet-stream' id='opdiff-data'>{html_data.encode(doc)}</script>",
-        f"<script>{_asset('report.js')}</script></body></html>",
+        *(f"<script type='application/octet-stream' id='{name}'>{html_data.encode(part)}</script>"
+          for name, part in zip(("opdiff-data", "opdiff-data-more"), html_data.split(doc))),
+        f"<script>{_asset('chart.js')}</script><script>{_asset('report.js')}</script></body></html>",
     ])
 
 

@@ -204,6 +204,26 @@ def build(cmp: Comparison, diagnosis: Diagnosis | None = None, title: str = "opd
     }
 
 
+FIRST_METRICS = ("MaxAbsErr", "MaxRelativeErr")  # the table's metric columns: in the first document
+
+
+def split(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The document in two: what the chart, the table and the diagnosis need, read before anything is drawn,
+    and the rest (every other metric column, the per-pair notes: over half the bytes of a big comparison),
+    read right after. The page merges them back into one (report.js); `join` does the same here."""
+    metrics = doc.get("metrics") or {}
+    records = dict(doc["records"])
+    more = {"metrics": {k: v for k, v in metrics.items() if k not in FIRST_METRICS}, "msg": records.pop("msg", None)}
+    first = {**doc, "records": records, "metrics": {k: v for k, v in metrics.items() if k in FIRST_METRICS}}
+    return first, more
+
+
+def join(first: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """The one document `split` made two of (as the page merges them)."""
+    records = {**first["records"], "msg": more.get("msg")}
+    return {**first, "records": records, "metrics": {**first.get("metrics", {}), **more.get("metrics", {})}}
+
+
 def page_values(x: Any) -> Any:
     """`x` with every non-finite number, at any depth, as the page's string "nan", "inf" or "-inf"
     (numpy scalars as Python ones): whatever a diagnosis' evidence holds, the document is strict JSON."""

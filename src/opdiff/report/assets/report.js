@@ -1,6 +1,7 @@
 /* opdiff HTML report: reads the embedded document (gzip + base64 JSON), draws the diagnosis, the
    error-along-execution chart, the module tree, the virtualised table and the pair details.
-   Plotly (inlined from the installed plotly package) draws the charts; nothing is fetched. */
+   chart.js draws the error chart; plotly (inlined from the installed plotly package, run when first needed)
+   draws the selected pair's sample charts; nothing is fetched. */
 "use strict";
 (function () {
   const COLORS = ["#2e9d4f", "#e0a000", "#d62728", "#999999"];
@@ -35,9 +36,10 @@
   const fmtU = (e) => (e === null || e === undefined ? "-" : fmt(e, 3) + " u");
 
   // --- loading ---
-  async function load() {
-    const b64 = $("opdiff-data").textContent.trim();
-    const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  async function load(id) {  // one of the page's two documents (report/html_data.split)
+    const bin = atob($(id).textContent.trim());
+    const bytes = new Uint8Array(bin.length);  // a plain loop: Uint8Array.from with a callback per byte is slow
+    for (let k = 0; k < bin.length; k++) bytes[k] = bin.charCodeAt(k);
     const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
     return JSON.parse(await new Response(stream).text());
   }
@@ -181,42 +183,37 @@
     if (!Number.isFinite(v)) return 1e30;
     return Math.max(v, FLOOR[S.metric]);
   }
-  function drawChart() {
-    if (!window.Plotly) { $("chart").innerHTML = '<p class="muted">Charts need plotly (pip install "opdiff[report]") when the report is written.</p>'; return; }
-    const big = S.view.length > 20000 && S.webgl;
-    const type = big ? "scattergl" : "scatter";
-    const R = S.doc.records, traces = [];
-    for (let r = 0; r < 4; r++) {
-      const xs = [], ys = [], ids = [];
-      for (const i of S.view) if (R.res[i] === r) { const y = yval(i); if (y !== null) { xs.push(i); ys.push(y); ids.push(i); } }
-      traces.push({type, mode: "markers", name: S.doc.results[r], x: xs, y: ys, customdata: ids,
-                   marker: {color: COLORS[r], size: big ? 4 : 6, opacity: r === 0 ? 0.6 : 0.9},
-                   hovertemplate: "#%{x} %{text}<br>%{y:.3g}<extra></extra>", text: ids.map((i) => R.name[i])});
+  function drawChart() {  // chart.js: a canvas, drawn at once however many pairs are in view
+    const R = S.doc.records, n = S.view.length, x = new Int32Array(n), y = new Float64Array(n), c = new Uint8Array(n);
+    let m = 0;
+    for (const i of S.view) { const v = yval(i); if (v !== null) { x[m] = i; y[m] = v; c[m] = R.res[i]; m++; } }
+    const st = S.doc.culprit;
+    if (!S.chart) S.chart = window.opdiffChart($("chart"), {colors: COLORS, names: S.doc.results, xlabel: "pair # (execution order)",
+      pick: (i) => select(i, "chart"), label: (i) => `#${i} ${esc(R.name[i])}<br>${fmt(yval(i), 3)}`});
+    S.chart.draw({n: S.n, x: x.subarray(0, m), y: y.subarray(0, m), c: c.subarray(0, m), star: st, starY: st == null ? null : (yval(st) ?? FLOOR[S.metric]),
+                  floor: FLOOR[S.metric], ylabel: S.metric === "eu" ? "error (rounding units u)" : "1 − cosine"});
+    S.chartReady = true; markSelected();
+    requestAnimationFrame(() => setTimeout(drawn, 0));  // after the frame holding the chart was painted
+  }
+  function drawn() {  // the chart is on screen: say so (body[data-chart=drawn], timing.chart), then the rest once
+    if (document.body.dataset.chart !== "drawn") {
+      window.opdiff.timing.chart = performance.now();
+      document.body.dataset.chart = "drawn";
     }
-    const c = S.doc.culprit;
-    traces.push({type: "scatter", mode: "markers+text", name: "culprit", x: c == null ? [] : [c], y: c == null ? [] : [yval(c) ?? FLOOR[S.metric]],
-                 customdata: c == null ? [] : [c], text: c == null ? [] : ["culprit"], textposition: "top center",
-                 marker: {symbol: "star", size: 16, color: "#000", line: {color: "#fff", width: 1}},
-                 hovertemplate: c == null ? "" : "culprit #%{x}<br>" + esc(R.name[c]) + "<extra></extra>"});
-    traces.push({type: "scatter", mode: "markers", name: "selected", x: [], y: [], customdata: [], showlegend: false,
-                 marker: {symbol: "circle-open", size: 16, color: "#1f5fbf", line: {width: 3}}, hoverinfo: "skip"});
-    const ylab = S.metric === "eu" ? "error (rounding units u)" : "1 − cosine";
-    const layout = {margin: {l: 60, r: 10, t: 10, b: 40}, xaxis: {title: {text: "pair # (execution order)"}},
-                    yaxis: {type: "log", title: {text: ylab}, exponentformat: "power"}, hovermode: "closest",
-                    legend: {orientation: "h", y: 1.08}, uirevision: S.metric};
-    Plotly.react("chart", traces, layout, {displaylogo: false, responsive: true}).then(() => {
-      S.chartReady = true; document.body.dataset.chart = "drawn"; markSelected();
-    });
-    if (!S.chartHooked) {
-      S.chartHooked = true;
-      $("chart").on("plotly_click", (ev) => { const p = ev.points && ev.points[0]; if (p && p.customdata != null) select(+p.customdata, "chart"); });
-    }
+    if (S.pending) { const f = S.pending; S.pending = null; f(); }
   }
   function markSelected() {
     if (!S.chartReady) return;
-    const i = S.sel, n = $("chart").data.length - 1;
-    const y = i == null ? null : yval(i);
-    Plotly.restyle("chart", {x: [i == null || y == null ? [] : [i]], y: [y == null ? [] : [y]]}, [n]);
+    S.chart.mark(S.sel, S.sel == null ? null : yval(S.sel));
+  }
+  function needPlotly() {  // plotly.js is inlined as text and run only when the pair charts need it (seconds to start)
+    const src = $("opdiff-plotly");
+    if (window.Plotly || !src) return !!window.Plotly;
+    const s = document.createElement("script");
+    s.textContent = src.textContent;
+    src.remove();
+    document.head.appendChild(s);  // an inline script runs as it is inserted
+    return !!window.Plotly;
   }
 
   // --- module tree ---
@@ -269,6 +266,7 @@
   }
   function revealModule(m) {  // expand the tree down to module m and mark it
     let li = $("tree").querySelector("li");
+    if (!li) return;  // the tree is built right after the chart is drawn
     if (m) for (const part of m.split(".")) {
       expand(li);
       const next = [...li.querySelector("ul").children].find((c) => c._node.name === part);
@@ -303,13 +301,17 @@
       `<tr><td>match / status</td><td>${brk(R.match[i])} / ${brk(R.status[i])}</td></tr>` +
       `<tr><td>error</td><td>${fmtU(R.eu[i])}</td></tr><tr><td>Cosine</td><td id="d-cos">${fmtCos(R.omc[i])}</td></tr>`;
     for (const k of Object.keys(M)) if (M[k][i] !== null && M[k][i] !== undefined) h += `<tr><td>${esc(k)}</td><td class="mono">${fmt(M[k][i], 6)}</td></tr>`;
-    if (R.msg[i]) h += `<tr><td>note</td><td>${brk(R.msg[i])}</td></tr>`;
+    if (R.msg && R.msg[i]) h += `<tr><td>note</td><td>${brk(R.msg[i])}</td></tr>`;
     h += "</table></div>";
     const s = S.doc.samples[String(i)];
-    h += (s ? `<div id="pairplots"><div id="pp-scatter"></div><div id="pp-hist"></div></div>` :
+    const wait = s && S.later && !window.Plotly && $("opdiff-plotly");  // the opening pair: plotly not started yet
+    h += (s && !$("opdiff-plotly") && !window.Plotly ? '<p class="muted">The sample charts need plotly (pip install "opdiff[report]") when the report is written.</p>' : "") +
+      (wait ? '<p class="muted" id="pp-later"><a href="#" id="pp-draw">Draw the sample charts</a> (plotly starts when a pair is first opened: a few seconds)</p>' : "") +
+      (s ? `<div id="pairplots"><div id="pp-scatter"></div><div id="pp-hist"></div></div>` :
       '<p class="muted">No value sample stored for this pair (samples are kept for the diagnosis\' tensors and the worst pairs).</p>') + "</div>";
     $("details").innerHTML = h;
-    if (s && window.Plotly) {
+    if (wait) $("pp-draw").addEventListener("click", (e) => { e.preventDefault(); needPlotly(); renderDetails(i); });
+    if (s && !S.later && needPlotly()) {
       const g = s.g.map(num), t = s.t.map(num);
       const lo = Math.min(...g.filter(Number.isFinite)), hi = Math.max(...g.filter(Number.isFinite));
       // small charts: titles on the left, no plotly toolbar over them (drag zooms, double-click resets)
@@ -361,16 +363,32 @@
     const ff = $("firstfail"); if (ff) ff.addEventListener("click", () => select(d.first_fail, "link"));
   }
   async function main() {
-    const t0 = performance.now();
-    try { S.doc = await load(); } catch (e) { $("diag").innerHTML = `<p class="warn">This browser cannot read the report's data (${esc(e)}); use a current Chrome, Firefox, Edge or Safari.</p>`; return; }
+    const t0 = performance.now(), T = window.opdiff.timing;  // ms since navigation started
+    T.script = t0;
+    try { S.doc = await load("opdiff-data"); } catch (e) { $("diag").innerHTML = `<p class="warn">This browser cannot read the report's data (${esc(e)}); use a current Chrome, Firefox, Edge or Safari.</p>`; return; }
+    T.decoded = performance.now();
     S.n = S.doc.records.name.length;
-    try { const c = document.createElement("canvas"); S.webgl = !!(c.getContext("webgl") || c.getContext("experimental-webgl")); } catch (e) { S.webgl = false; }
-    header(); renderDiagnosis(S.doc.diagnosis); initFilters(); initTable(); initTree();
+    header(); renderDiagnosis(S.doc.diagnosis); initFilters(); initTable();
+    T.init = performance.now();
+    // the chart and the table's first rows first; the tree and the opening selection right after they are drawn
+    S.pending = async () => {
+      try { const more = await load("opdiff-data-more"); Object.assign(S.doc.metrics, more.metrics); S.doc.records.msg = more.msg; }
+      catch (e) { S.doc.records.msg = []; }  // the details then show the table's metrics only
+      T.more = performance.now();
+      initTree();
+      const start = S.doc.culprit ?? S.doc.first_fail;
+      S.later = true;  // the opening pair's sample charts wait for plotly, started once the page is ready
+      if (start != null) select(start, "start");
+      S.later = false;
+      window.opdiff.loadMs = performance.now() - t0;
+      T.ready = performance.now();
+      document.body.dataset.ready = "1";
+      // then plotly (seconds to start on a slow machine; the page is frozen meanwhile) and the opening pair's charts
+      setTimeout(() => { if (needPlotly() && S.sel != null) renderDetails(S.sel); T.plotly = performance.now(); }, 0);
+    };
     applyView();
-    const start = S.doc.culprit ?? S.doc.first_fail;
-    if (start != null) select(start, "start");
-    window.opdiff.loadMs = performance.now() - t0;
+    T.view = performance.now();
   }
-  window.opdiff = {state: S, select, selectByName, selectModule, fmt, fmtCos};
+  window.opdiff = {state: S, select, selectByName, selectModule, fmt, fmtCos, timing: {}};
   document.addEventListener("DOMContentLoaded", main);
 })();
