@@ -34,7 +34,7 @@ from . import session as S
 from .export import MODULES_KEY
 from .graph import GNode, is_rewritten, ordered_nodes, provenance
 from .inputs import check_feeds, load_npz
-from .modules import UNKNOWN_OP, boundaries, events, read_signatures
+from .modules import UNKNOWN_OP, boundaries, events, name_modules, read_signatures
 
 ROOT_OP = "Graph"
 OPTIMIZED_FILE = "optimized.onnx"
@@ -167,6 +167,9 @@ def capture_onnx(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, n
     changed = [n for n, a in reference.items() if not _bitwise_equal(a, values.get(n))]
     original = ordered_nodes(proto.graph)
     nodes = ordered_nodes(optimized.graph)
+    sigs = read_signatures(proto, MODULES_KEY)
+    name_modules(original, sigs)
+    name_modules(nodes, sigs)
     provenance(nodes, original)
     orig_names = {k: v[0] for k, v in original_names(original).items()}
     names = optimized_names(nodes, original)
