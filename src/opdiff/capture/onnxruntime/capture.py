@@ -35,6 +35,7 @@ from .export import MODULES_KEY
 from .graph import GNode, is_rewritten, ordered_nodes, provenance
 from .inputs import check_feeds, load_npz
 from .modules import UNKNOWN_OP, boundaries, events, name_modules, read_signatures
+from .relocate import relocate
 
 ROOT_OP = "Graph"
 OPTIMIZED_FILE = "optimized.onnx"
@@ -176,9 +177,12 @@ def capture_onnx(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, n
     meta = {"framework": "onnxruntime", "framework_version": ort.__version__, "capture_backend": "onnxruntime",
             "source_format": "onnx", "model": where, "level": level, "mode": mode, "device": "cpu",
             "session": settings.to_json(), "transformers_fired": fired}
+    relocated = _relocated(proto, settings, feeds, values, original, where) if level == "module" else {}
     with DumpWriter(path, meta, overwrite=overwrite) as w:
         writer = _Writer(w, mode)
         if level == "module":
+            w.update_meta(relocated=sorted(relocated))
+            values = {**values, **relocated}
             w.update_meta(modules=_write_modules(writer, proto, original, feeds, values))
         else:
             _write(writer, optimized, nodes, names, orig_names, feeds, values)
@@ -194,6 +198,21 @@ def capture_onnx(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, n
             provenance=fused, seconds=round(time.perf_counter() - t0, 3))
         meta = dict(w.meta)
     return meta
+
+
+def _relocated(proto: onnx.ModelProto, settings: S.Settings, feeds: dict, values: dict, original: list[GNode],
+               where: str) -> dict[str, np.ndarray]:
+    """Original tensors the optimized run holds under another name or layout (relocate.py); one unoptimized
+    run of the original graph, only when some tensor is missing."""
+    inits = {i.name for i in proto.graph.initializer}
+    wanted = [o for n in original if n.op != "Constant" for o in n.outputs if o and o not in values and o not in inits]
+    if not wanted:
+        return {}
+    plain, _ = _observed(proto)
+    sess, _ = S.build(plain.SerializeToString(), settings, level="disable")
+    unoptimized = _run(sess, feeds, where)
+    del sess
+    return relocate(wanted, unoptimized, values, {t for n in original for t in n.inputs + n.outputs})
 
 
 def _bitwise_equal(a: np.ndarray, b: np.ndarray | None) -> bool:
