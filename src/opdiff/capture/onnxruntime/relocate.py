@@ -1,13 +1,17 @@
 """Original tensors the optimizer kept under another name or layout, found in the optimized run by value.
 
 ORT's NCHWc transformer renames every tensor it touches (`reorder_token_N`) and keeps it in a blocked
-layout [N, C/b, H, W, b]: a ResNet block's output is still computed, only no longer under its name.
+layout [N, C/b, H, W, b]: a ResNet block's output is still computed, only no longer under its name; the
+transpose optimizer keeps a value transposed under a new name.
 The original graph is run once unoptimized; each of its tensors the optimized run lacks takes the
 optimized tensor (blocked layout undone) whose values agree with it, so module records read what the
 optimized graph really computed. A tensor no optimized tensor agrees with stays unobserved.
 """
 
 from __future__ import annotations
+
+import itertools
+import math
 
 import numpy as np
 
@@ -18,9 +22,13 @@ BLOCKS = (8, 16, 4)  # channel block sizes of ORT's NCHWc kernels (MLAS: 8 with 
 
 
 def _views(arr: np.ndarray, shape: tuple[int, ...]) -> list[np.ndarray]:
-    """`arr` read as an array of `shape`: itself, or an NCHWc tensor (shape [N, C padded, H, W], its memory
-    [N, C/b, H, W, b]) back in NCHW for each block size b that fits."""
+    """`arr` read as an array of `shape`: itself, its axes permuted (the transpose optimizer pushes a Transpose
+    through elementwise ops: a GELU's output kept as [N, T, C] instead of [N, C, T]), or an NCHWc tensor
+    (shape [N, C padded, H, W], its memory [N, C/b, H, W, b]) back in NCHW for each block size b that fits."""
     out = [arr] if arr.shape == shape else []
+    if arr.size == math.prod(shape) and arr.ndim == len(shape) and sorted(arr.shape) == sorted(shape) and arr.ndim <= 5:
+        out += [arr.transpose(p) for p in itertools.permutations(range(arr.ndim))
+                if p != tuple(range(arr.ndim)) and tuple(arr.shape[i] for i in p) == shape]
     n, c = (shape[0], shape[1]) if len(shape) >= 3 else (0, 0)
     if arr.ndim != len(shape) or arr.ndim < 3 or arr.shape[0] != n or arr.shape[2:] != shape[2:] or arr.shape[1] < c:
         return out
