@@ -31,10 +31,11 @@ from ...store.writer import DumpWriter
 from ..options import Options
 from ..stats_kernel import array_stats
 from . import session as S
-from .export import MODULES_KEY
+from .export import MODULES_KEY, WRAPPED
 from .graph import GNode, is_rewritten, ordered_nodes, provenance
 from .inputs import check_feeds, load_npz
 from .modules import UNKNOWN_OP, boundaries, events, name_modules, read_signatures
+from .params import read_parameters
 from .relocate import relocate
 
 ROOT_OP = "Graph"
@@ -285,6 +286,9 @@ def _write_modules(writer: _Writer, proto: onnx.ModelProto, original: list[GNode
         x = arr.astype(np.float64)
         return float(x.sum()), float(np.abs(x).sum())
 
+    for module, pname, init, arr in read_parameters(proto, WRAPPED):
+        writer.add(arr, node=(node_name(module, "parameter", 0), 0), module=module, op="parameter", role="parameter",
+                   pos=pname, tensor=init, key=None, level="param")
     bounds, missing = boundaries(original, sigs, list(feeds), [o.name for o in proto.graph.output], constants, spec_of,
                                  print_of)
     fused_away = []

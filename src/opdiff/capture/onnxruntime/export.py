@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 WRAPPED = "wrapped_model"
-MODULES_KEY = "opdiff.modules"  # model metadata: {path: {"op", "calls", "inputs", "outputs"}} (docs/fusion.md)
+MODULES_KEY = "opdiff.modules"  # model metadata: {path: {"op", "calls", "scope", "inputs", "outputs"}} (docs/fusion.md)
+PARAMS_KEY = "opdiff.parameters"  # model metadata: parameter names in the torch capture's order (params.py)
 
 
 def _specs(flat: list) -> list[list]:
@@ -86,6 +87,19 @@ def module_signatures(model: Any, inputs: dict[str, Any]) -> dict[str, dict[str,
     return found
 
 
+def parameter_names(model: Any) -> list[str]:
+    """Each parameter's dotted name once, under its first owner, in the torch capture's order (tied weights
+    the exporter keeps once under that name)."""
+    seen: set[int] = set()
+    out = []
+    for path, m in model.named_modules():
+        for pname, p in m.named_parameters(recurse=False):
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(f"{path}.{pname}" if path else pname)
+    return out
+
+
 def export_onnx(model: Any, inputs: dict[str, Any], path: str | os.PathLike, *, opset: int = 17) -> dict[str, np.ndarray]:
     """Write `model` called with keyword `inputs` as ONNX at `path`; returns the inputs as numpy (for .npz)."""
     from ..torch.preserve import preserved
@@ -122,6 +136,7 @@ def _export_onnx(model: Any, inputs: dict[str, Any], path: str | os.PathLike, op
         if node.name.startswith(prefix):
             node.name = "/" + node.name[len(prefix):]
     proto.metadata_props.add(key=MODULES_KEY, value=json.dumps(signatures))
+    proto.metadata_props.add(key=PARAMS_KEY, value=json.dumps(parameter_names(model)))
     onnx.save(proto, str(Path(path)))
     return {k: v.detach().cpu().numpy() for k, v in inputs.items()}
 
