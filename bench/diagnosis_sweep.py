@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from opdiff.testing.sweep import archs, catalog, runner, tables
+from opdiff.testing.sweep.case import Case
 
 
 def _pick(value: str | None, known, what: str) -> list[str]:
@@ -32,6 +33,17 @@ def _pick(value: str | None, known, what: str) -> list[str]:
     if bad:
         sys.exit(f"unknown {what}: {', '.join(bad)} (known: {', '.join(known)})")
     return names
+
+
+def _same_cases(results: Path) -> list[Case]:
+    """The cases of an earlier sweep, in its order; a case whose architecture or class no longer exists is an error."""
+    out = []
+    for rec in json.loads(results.read_text())["cases"]:
+        arch, klass, level, precision = rec["id"].split(".")
+        if arch not in archs.ARCHS or klass not in catalog.CLASSES:
+            raise SystemExit(f"{results}: case {rec['id']} names an unknown architecture or class")
+        out.append(Case(arch, klass, level, precision))
+    return out
 
 
 def main() -> int:
@@ -51,6 +63,8 @@ def main() -> int:
     ap.add_argument("--shuffle", type=int, metavar="SEED", help="run the cases in a seeded random order (a cut-off run is a fair sample)")
     ap.add_argument("--patch", action="store_true",
                     help="also confirm each case by patching (diagnose_models' proof); graded as `patch.grade` per case")
+    ap.add_argument("--same-cases", metavar="RESULTS_JSON",
+                    help="run exactly the cases of an earlier sweep's results.json (before/after on one sample)")
     ap.add_argument("--report-only", action="store_true", help="tabulate the cases already in --out, run nothing")
     args = ap.parse_args()
     if args.patch:
@@ -69,6 +83,8 @@ def main() -> int:
         import random
 
         random.Random(args.shuffle).shuffle(todo)
+    if args.same_cases:
+        todo = _same_cases(Path(args.same_cases))
     if args.limit:
         todo = todo[: args.limit]
     t0 = time.perf_counter()

@@ -66,7 +66,7 @@ class Session:
             self._finish(ok)
         finally:
             self._uninstall()
-            self.writer.update_meta(**self._final_meta())
+            self.writer.meta.update(self._final_meta())  # written by close(), once
             try:
                 self.writer.close(complete=ok)
             except Exception:  # after the run raised, the run's own exception is the one to report

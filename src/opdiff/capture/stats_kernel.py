@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numba as nb
 import numpy as np
 from numba import types
-from numba.extending import overload
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
 from ..base.record import Stats
 from ..store.format import numpy_dtype
@@ -171,6 +172,95 @@ def _combine(parts, keys):
     return o, kmn, kmx
 
 
+def _keys_buffer(x, bits):
+    """Room for a chunk's (min key, max key), in the keys' own integer type."""
+
+
+@overload(_keys_buffer, inline="always")
+def _keys_buffer_impl(x, bits):
+    if isinstance(bits, types.NoneType):
+        return lambda x, bits: np.empty(2, x.dtype)
+    return lambda x, bits: np.empty(2, bits.dtype)
+
+
+def _from_key_nb(key, x, bits, table):
+    """The float64 value a min/max key stands for (inverse of _key)."""
+
+
+@overload(_from_key_nb, inline="always")
+def _from_key_nb_impl(key, x, bits, table):
+    if isinstance(bits, types.NoneType):
+        return lambda key, x, bits, table: np.float64(key)
+    width = bits.dtype.bitwidth
+    shift, mask = width - 1, (1 << (width - 1)) - 1
+    ty = bits.dtype
+
+    def impl(key, x, bits, table):
+        buf = np.empty(1, bits.dtype)
+        buf[0] = key ^ ((key >> ty(shift)) & ty(mask))  # the flip is its own inverse
+        return _value(buf.view(x.dtype), table, 0)
+
+    return impl
+
+
+@nb.njit(cache=True, nogil=True)
+def _summary(x, bits, table):
+    """Every chunk on the calling thread, totals in chunk order (the very sums _run and _combine make):
+    sum, sum of squares, finite, nan, +inf, -inf, zeros, min, max (min/max nan when nothing is finite)."""
+    n = x.size
+    o = np.zeros(_OUT)
+    part = np.empty(_OUT)
+    k = _keys_buffer(x, bits)
+    kmn = kmx = _key(x, bits, 0)
+    seen = False
+    for c in range((n + CHUNK - 1) // CHUNK):
+        lo, hi = c * CHUNK, min(n, (c + 1) * CHUNK)
+        xs, bs = x[lo:hi], _part(bits, lo, hi)
+        _chunk_fast(xs, bs, table, part, k)
+        if part[0] - part[0] != 0.0 or part[1] - part[1] != 0.0:
+            _chunk_exact(xs, bs, table, part, k)
+        for j in range(_OUT):
+            o[j] += part[j]
+        if part[2] > 0:
+            if not seen:
+                kmn, kmx, seen = k[0], k[1], True
+            kmn = min(kmn, k[0])
+            kmx = max(kmx, k[1])
+    mn = mx = np.nan
+    if seen:
+        mn, mx = _from_key_nb(kmn, x, bits, table), _from_key_nb(kmx, x, bits, table)
+    return o[0], o[1], o[2], o[3], o[4], o[5], o[6], mn, mx
+
+
+@intrinsic
+def _address(typingctx, addr):
+    """An integer address as a void pointer (for numba.carray)."""
+    sig = types.voidptr(addr)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+
+    return sig, codegen
+
+
+def _at(addr, n, witness):
+    """n elements of witness's dtype at `addr`, or None for a None witness."""
+
+
+@overload(_at, inline="always")
+def _at_impl(addr, n, witness):
+    if isinstance(witness, types.NoneType):
+        return lambda addr, n, witness: None
+    return lambda addr, n, witness: nb.carray(_address(addr), n, witness.dtype)  # type: ignore[call-arg]  # numba passes typingctx
+
+
+@nb.njit(cache=True, nogil=True)
+def _summary_at(addr, n, xw, bw, table):
+    """_summary of n elements lying at `addr` (a live buffer the caller keeps alive), read as xw's dtype
+    (and as bw's for the float bits): no array object is made on the Python side."""
+    return _summary(_at(addr, n, xw), _at(addr, n, bw), table)
+
+
 WORKERS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 MIN_CHUNKS_PER_WORKER = 4  # below this a tensor is measured on the calling thread alone
 _pool: ThreadPoolExecutor | None = None
@@ -241,6 +331,8 @@ def _measure(flat: np.ndarray, dtype: str) -> Stats:
             x, table = flat.view(code_type), _table(dtype)
     elif dtype == "bool":
         x = flat.view(np.uint8)
+    if n < SMALL:
+        return _small_stats(n, _summary(x, bits, table))
     o, kmn, kmx = _run(x, bits, table)
     s1, s2, fin, nan, pinf, ninf, zeros = o.tolist()
     stats = Stats(numel=n, nan=int(nan), posinf=int(pinf), neginf=int(ninf), zeros=int(zeros))
@@ -249,6 +341,47 @@ def _measure(flat: np.ndarray, dtype: str) -> Stats:
         bits_dtype = None if bits is None else bits.dtype
         mean = s1 / fin
         stats.min, stats.max = _from_key(kmn, dtype, bits_dtype), _from_key(kmx, dtype, bits_dtype)
+        stats.mean, stats.std, stats.norm = mean, math.sqrt(max(s2 / fin - mean * mean, 0.0)), math.sqrt(s2)
+    return stats
+
+
+SMALL = MIN_CHUNKS_PER_WORKER * 2 * CHUNK  # below this many elements _run would use one thread: one call does it all
+_WITNESSES: dict[str, tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = {}
+
+
+def _witness(dtype: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(empty array of the dtype the values are read as, of the float bits or None, decoding table or None)."""
+    w = _WITNESSES.get(dtype)
+    if w is None:
+        xw, bw, table = np.empty(0, numpy_dtype(dtype)), None, None
+        if dtype in _FLOAT_BITS:
+            bits_type, code_type = _FLOAT_BITS[dtype]
+            bw = np.empty(0, bits_type)
+            if code_type is not None:
+                xw, table = np.empty(0, code_type), _table(dtype)
+        elif dtype == "bool":
+            xw = np.empty(0, np.uint8)
+        w = _WITNESSES[dtype] = (xw, bw, table)
+    return w
+
+
+def stats_at(addr: int, n: int, dtype: str) -> Stats:
+    """Stats of n > 0 contiguous elements of format dtype `dtype` at memory address `addr`, in one call of
+    the fused kernel on this thread (n < SMALL; the caller keeps the buffer alive and unchanged meanwhile).
+
+    The per-tensor cost of capture is mostly here for the many small activations: making a numpy view,
+    the chunk tables and decoding min/max in Python cost several times the kernel itself."""
+    xw, bw, table = _witness(dtype)
+    return _small_stats(n, _summary_at(addr, n, xw, bw, table))
+
+
+def _small_stats(n: int, summary: tuple[float, ...]) -> Stats:
+    """The Stats of _summary's nine numbers."""
+    s1, s2, fin, nan, pinf, ninf, zeros, mn, mx = summary
+    stats = Stats(numel=n, nan=int(nan), posinf=int(pinf), neginf=int(ninf), zeros=int(zeros))
+    if fin:
+        mean = s1 / fin
+        stats.min, stats.max = mn, mx
         stats.mean, stats.std, stats.norm = mean, math.sqrt(max(s2 / fin - mean * mean, 0.0)), math.sqrt(s2)
     return stats
 
@@ -273,3 +406,4 @@ def warm_up(dtypes=("float32", "float16", "bfloat16", "float64", "int64", "int32
             arr = np.zeros(n, dtype=numpy_dtype(name))
             array_stats(arr, name)
             copy_with_stats(arr, name)
+            stats_at(arr.ctypes.data, n, name)

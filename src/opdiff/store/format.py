@@ -9,7 +9,8 @@ from ..base.record import Record, Stats
 from .names import node_name, record_name
 
 FORMAT_NAME = "opdiff-dump"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a record's data may lie in an earlier part of the run (`data.part`): stored once per dump
+READ_VERSIONS = (1, 2)  # what the reader accepts (docs/format.md, "Versioning")
 META_FILE = "meta.json"
 INDEX_FILE = "index.jsonl"
 SHARD_DIR = "shards"
@@ -59,6 +60,6 @@ def part_dir(rank: int, step: int) -> str:
     return f"rank{rank}/step{step}"
 
 
-__all__ = ["DTYPES", "FLOAT_DTYPES", "FORMAT_NAME", "FORMAT_VERSION", "INDEX_FILE", "META_FILE", "NUMPY_TO_NAME",
+__all__ = ["DTYPES", "FLOAT_DTYPES", "FORMAT_NAME", "FORMAT_VERSION", "INDEX_FILE", "READ_VERSIONS", "META_FILE", "NUMPY_TO_NAME",
            "SAFETENSORS_TO_NAME", "SHARD_DIR", "Record", "Stats", "dtype_name", "node_name", "numpy_dtype", "part_dir",
            "record_name"]

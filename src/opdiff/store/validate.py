@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,12 @@ from typing import Any
 from ..base.errors import DumpError
 from ..base.record import Record
 from ..base.safepath import read_regular
-from .format import DTYPES, FORMAT_NAME, FORMAT_VERSION, SAFETENSORS_TO_NAME
+from .format import DTYPES, FORMAT_NAME, READ_VERSIONS, SAFETENSORS_TO_NAME
 from .names import KIND_CALL, KIND_TENSOR, line_kind
 
 MAX_META_BYTES = 64 << 20
 MAX_HEADER_BYTES = 100 << 20
+_PART = re.compile(r"rank\d+/step\d+")  # `data.part`: the part directory holding a record's shard
 META_TEXT_FIELDS = ("framework", "framework_version", "model", "device", "default_dtype", "level", "mode",
                     "capture_backend", "source_format")
 
@@ -73,9 +75,9 @@ def read_meta(meta_path: Path) -> tuple[dict[str, Any], list[str]]:
         got = meta.get("format") if isinstance(meta, dict) else None
         raise DumpError(f"{meta_path}: not an opdiff dump (format is {got!r}, expected {FORMAT_NAME!r})")
     version = meta.get("format_version")
-    if isinstance(version, bool) or version != FORMAT_VERSION or not isinstance(version, int):
+    if isinstance(version, bool) or not isinstance(version, int) or version not in READ_VERSIONS:
         raise DumpError(f"{meta_path}: dump format version {version!r} is not supported "
-                        f"(this opdiff reads version {FORMAT_VERSION})")
+                        f"(this opdiff reads versions {', '.join(map(str, READ_VERSIONS))})")
     for key in META_TEXT_FIELDS:
         if meta.get(key) is not None and not isinstance(meta[key], str):
             raise DumpError(f"{meta_path}: field {key!r} must be a string, not {type(meta[key]).__name__}")
@@ -100,6 +102,9 @@ def check_record(rec: Record) -> None:
         f = rec.data["file"]
         if f.startswith(("/", "\\")) or ".." in f.replace("\\", "/").split("/") or (len(f) > 1 and f[1] == ":"):
             raise ValueError(f"field 'data.file' {f!r} leaves the dump directory (refused)")
+        part = rec.data.get("part")
+        if part is not None and _PART.fullmatch(part) is None:
+            raise ValueError(f"field 'data.part' {part!r} is not a part of the run (rank<R>/step<S>)")
 
 
 def read_index(index_path: Path) -> tuple[list[Record], list[str], list[dict[str, Any]]]:

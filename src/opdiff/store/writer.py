@@ -1,9 +1,11 @@
 """Streaming dump writer: records go to an append-only index, tensor data to safetensors shards.
 
 Index lines are appended only after the shard holding their data is on disk, so a run cut off
-mid-way stays readable up to its last complete record. Writing happens on one background thread
-behind a bounded queue: capture keeps running while the disk works, and memory stays bounded
-by about two shards.
+mid-way stays readable up to its last complete record. Tensor data is written on one background
+thread behind a bounded queue: capture keeps running while the disk works, and memory stays bounded
+by about two shards. The thread starts with the first batch holding tensor data; until then (a stats or
+hash capture) the few index lines are written on the caller's thread, which saves the thread's start,
+hand-offs and join (tens of milliseconds of waiting per capture block on a loaded machine).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ from .names import call_line
 DEFAULT_SHARD_BYTES = 256 << 20
 # Stats-only records are flushed in batches of this many, so an interrupted run loses few.
 DEFAULT_FLUSH_RECORDS = 512
+# Tensors of at least this many bytes, and parameters of any size, are remembered by content (dtype, shape,
+# hash): the same bytes captured again anywhere in the run point at the stored copy (`stored`); the registry
+# stays small because small activations, which are many and rarely repeat, are left out.
+DEDUP_MIN_BYTES = 1 << 12
 
 
 def prepare_run_dir(path: str | os.PathLike[str], overwrite: bool) -> Path:
@@ -87,7 +93,8 @@ class _PartWriter:
     """Writes one (rank, step) part: its index and shards, on the caller's writer thread."""
 
     def __init__(self, root: Path, rank: int, step: int):
-        self.dir = root / part_dir(rank, step)
+        self.part = part_dir(rank, step)
+        self.dir = root / self.part
         (self.dir / SHARD_DIR).mkdir(parents=True, exist_ok=True)
         self.index = open(self.dir / INDEX_FILE, "a", encoding="utf-8")
         self.n_shards = 0
@@ -95,15 +102,17 @@ class _PartWriter:
     def flush(self, batch: list[tuple[Record | dict[str, Any], np.ndarray | Record | None]]) -> None:
         """Write a batch: the shard of its arrays first, then its index lines in order.
 
-        An entry's second item is the record's array, None (no data), or an earlier Record whose
-        data this record shares (the very same tensor captured twice); dict entries are call lines.
+        An entry's second item is the record's array, None (no data), or an earlier Record (of this part or
+        an earlier one) whose data this record shares: the very same tensor, or the same bytes, captured
+        again; dict entries are call lines. In memory `data` always names its part; on disk only a
+        reference to another part does (`data.part`).
         """
         items = [(rec, arr) for rec, arr in batch if isinstance(arr, np.ndarray) and isinstance(rec, Record)]
         if items:
             rel = f"{SHARD_DIR}/{self.n_shards:06d}.safetensors"
             self.n_shards += 1
             for r, _ in items:
-                r.data = {"file": rel, "key": r.name}
+                r.data = {"file": rel, "key": r.name, "part": self.part}
             write_safetensors(self.dir / rel, [(r.name, r.dtype, arr) for r, arr in items])
         lines = []
         for rec, arr in batch:
@@ -112,9 +121,17 @@ class _PartWriter:
                 continue
             if isinstance(arr, Record) and arr.data is not None:
                 rec.data = dict(arr.data)
-            lines.append(json.dumps(rec.to_json(), separators=(",", ":")) + "\n")
+            lines.append(json.dumps(self._line(rec), separators=(",", ":")) + "\n")
         self.index.write("".join(lines))
         self.index.flush()
+
+    def _line(self, rec: Record) -> dict[str, Any]:
+        """The record's index line: `data.part` kept only when the data lies in another part."""
+        d = rec.to_json()
+        data = d.get("data")
+        if data is not None and data.get("part", self.part) == self.part:
+            d["data"] = {"file": data["file"], "key": data["key"]}
+        return d
 
     def close(self) -> None:
         self.index.close()
@@ -149,10 +166,12 @@ class DumpWriter:
         self._batch_bytes = 0
         self._next_index = 0
         self._names: set[str] = set()
+        self._blobs: dict[tuple[str, tuple[int, ...], str], Record] = {}  # content -> the record storing it
+        self.bytes_shared = 0  # tensor bytes not written again because the run already holds them
         self._queue: queue.Queue[tuple[Callable[..., None], tuple[Any, ...]] | None] = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._work, name="opdiff-writer", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None  # started by the first batch with tensor data
+        self._batch_arrays = 0
         self.records_written = 0
         self.bytes_written = 0
         self.on_flush: Callable[[int, int], None] | None = None  # callback(records, bytes): capture progress
@@ -173,8 +192,19 @@ class DumpWriter:
             finally:
                 self._queue.task_done()
 
-    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
+    def _submit(self, fn: Callable[..., None], *args: Any, data: bool = False) -> None:
+        """Run a writing job in order: on the writer thread once it runs (`data`: the job writes tensor
+        data, which starts it), else here."""
         self._raise_pending()
+        if self._thread is None and not data:
+            try:
+                fn(*args)
+            except Exception as exc:
+                raise DumpError(f"{self.root}: writing the dump failed: {exc}") from exc
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="opdiff-writer", daemon=True)
+            self._thread.start()
         self._queue.put((fn, args))
 
     def _raise_pending(self) -> None:
@@ -199,11 +229,14 @@ class DumpWriter:
     def add(self, record: Record, array: np.ndarray | None = None, *, same_data_as: Record | None = None) -> Record:
         """Queue one record (and its data) in execution order; assigns `record.index`.
 
-        `same_data_as`: an earlier record of this part holding the very same tensor; this record then
-        points at that record's data (`data.key` names the earlier record) instead of storing it twice.
+        `same_data_as`: an earlier record of this run holding the very same bytes (the same tensor, or what
+        `stored` found); this record then points at that record's data (`data.key` names the earlier record,
+        `data.part` its part when that is another) instead of storing it twice.
         """
         if self._part is None:
             self.begin(0, 0)
+        if array is None and same_data_as is not None:
+            self.bytes_shared += record.numel * DTYPES[record.dtype][0].itemsize
         if record.name in self._names:
             raise ValueError(f"duplicate record name {record.name!r}")
         self._names.add(record.name)
@@ -214,12 +247,21 @@ class DumpWriter:
         else:
             self._batch.append((record, array))
         if array is not None:
+            self._batch_arrays += 1
             self._batch_bytes += array.nbytes
             self.bytes_written += array.nbytes
+            if record.hash is not None and (array.nbytes >= DEDUP_MIN_BYTES or record.role == "parameter"):
+                self._blobs.setdefault((record.dtype, record.shape, record.hash), record)
         self.records_written += 1
         if self._batch_bytes >= self.shard_bytes or len(self._batch) >= self.flush_records:
             self.flush()
         return record
+
+    def stored(self, dtype: str, shape: tuple[int, ...], hsh: str) -> Record | None:
+        """The record (of any part of this run) that stores a tensor of this dtype, shape and content hash,
+        for `add(..., same_data_as=)`: bytes the run already holds are written once (parameters unchanged
+        from step to step, the same activation reached twice)."""
+        return self._blobs.get((dtype, shape, hsh))
 
     def add_call(self, call: dict[str, Any]) -> None:
         """Queue one op-call description (an index line with "kind": "call"), ordered with the records."""
@@ -236,15 +278,16 @@ class DumpWriter:
         if self.before_flush is not None:
             self.before_flush()
         if self._batch and self._part is not None:
-            self._submit(self._part.flush, self._batch)
-            self._batch, self._batch_bytes = [], 0
+            self._submit(self._part.flush, self._batch, data=self._batch_arrays > 0)
+            self._batch, self._batch_bytes, self._batch_arrays = [], 0, 0
             if self.on_flush is not None:
                 self.on_flush(self.records_written, self.bytes_written)
 
     def wait(self) -> None:
         """Block until everything queued is on disk."""
         self.flush()
-        self._queue.join()
+        if self._thread is not None:
+            self._queue.join()
         self._raise_pending()
 
     def _end_part(self) -> None:
@@ -261,10 +304,12 @@ class DumpWriter:
         """Finish writing; `complete=False` records that the run stopped early (e.g. it raised)."""
         try:
             self._end_part()
-            self._queue.join()
+            if self._thread is not None:
+                self._queue.join()
         finally:
-            self._queue.put(None)
-            self._thread.join()
+            if self._thread is not None:
+                self._queue.put(None)
+                self._thread.join()
         self.meta["complete"] = complete
         self.meta["finished"] = _now()
         self._write_meta()

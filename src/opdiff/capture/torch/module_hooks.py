@@ -10,6 +10,7 @@ changes the graph, so gradients stay bitwise the same (docs/capture.md, "Backwar
 from __future__ import annotations
 
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -65,11 +66,18 @@ def install(s: CaptureSession) -> list:
     return handles
 
 
+def _plain(s: CaptureSession) -> AbstractContextManager[Any]:
+    """At api level, the hooks' own tensor work outside the TorchFunctionMode: with the mode on, every
+    attribute read of a tensor (shape, dtype, device ...) goes through the mode's Python handler, ~10x
+    slower (the root's inputs and the parameters are recorded from these hooks)."""
+    return torch._C.DisableTorchFunction() if s.level == "api" else nullcontext()
+
+
 def _pre(s: CaptureSession, path: str, op: str, is_root: bool, module, args: tuple, kwargs: dict):
     st = s.state
     if not st.recording:
         return None
-    with st.own_code():
+    with st.own_code(), _plain(s):
         if is_root:
             s.record_parameters()
         node, call = s.recorder.node(path, op)
@@ -96,7 +104,7 @@ def _post(s: CaptureSession, path: str, op: str, is_root: bool, module, args: tu
         return None
     if not st.recording or (output is None and sys.exc_info()[1] is not None):
         return None  # not capturing, or the forward raised (this hook runs anyway to keep the stack right)
-    with st.own_code():
+    with st.own_code(), _plain(s):
         if frame.call is not None:
             record_outputs(s, frame.call, output, grad_hooks=s.backward and torch.is_grad_enabled())
             if frame.versions:

@@ -18,9 +18,10 @@ from ...base.record import Record, Stats
 from ...store.names import node_name, record_name
 from ...store.stats import content_hash
 from ...store.writer import DumpWriter
+from ..stats_kernel import array_stats, copy_with_stats
 from .layout import unwrap
 from .naming import Counters
-from .tensors import DeferredStats, dense_flat, dtype_name, hash_of, host_copy, stats_of
+from .tensors import DeferredStats, as_numpy, dense_flat, dtype_name, hash_of, host_contiguous, stats_of
 
 _PRODUCING = ("output", "parameter")  # roles whose record becomes the src of later uses of the tensor
 BLOCK_CACHE_MIN = 1 << 14  # smaller tensors are cheaper to measure than to look up
@@ -60,6 +61,7 @@ class Recorder:
         self.pipeline: dict[str, int] | None = None  # {"stage", "stages"} of a pipeline-parallel rank
         self.skipped = 0  # tensors the format cannot hold (complex, sparse, quantized, ...)
         self._deferred = DeferredStats()  # device tensors' statistics, read back once per written batch
+        self._live = False  # tensors handed to the writer without a copy are waiting to be written (settle)
         writer.before_flush = self._deferred.resolve
 
     # -- step lifecycle -------------------------------------------------------------------
@@ -130,8 +132,12 @@ class Recorder:
         seen[key] = _Seen(ref, version, rec, stats, hsh, producer)
 
     def record(self, t: torch.Tensor, *, node: str, module: str, op: str, level: str, call: int, direction: str,
-               role: str, pos: str, source: str | None = None, extra: dict[str, Any] | None = None) -> Record | None:
+               role: str, pos: str, source: str | None = None, extra: dict[str, Any] | None = None,
+               live: bool = False) -> Record | None:
         """Record one tensor (stats, hash, data per mode); None when the format cannot hold it.
+
+        `live`: in tensor mode, hand the writer the tensor's own memory instead of a copy; the caller then
+        calls `settle()` before anything can change the tensor (the parameters, before the step's forward).
 
         A DTensor is recorded as the shard this rank holds, with its layout (capture/torch/layout.py); it is
         remembered by the DTensor itself, whose version counter (not its local tensor's) counts in-place changes."""
@@ -164,8 +170,11 @@ class Recorder:
             return rec
         array = None
         if self.mode == "tensor":
-            array, rec.stats = host_copy(t, name)
-            rec.hash = content_hash(array, name, rec.shape)
+            array, rec.stats, rec.hash, stored = self._data(t, name, rec.shape, live)
+            if stored is not None:  # the run already holds these bytes: point at them
+                self._remember(ident, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
+                self.writer.add(rec, None, same_data_as=stored)
+                return rec
         else:
             rec.stats = self._stats(t, name)
             if self.mode == "hash":
@@ -173,6 +182,38 @@ class Recorder:
         self._remember(ident, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
         self.writer.add(rec, array)
         return rec
+
+    def _data(self, t: torch.Tensor, name: str, shape: tuple[int, ...],
+              live: bool = False) -> tuple[Any, Stats, str, Record | None]:
+        """Tensor mode: (array to store, statistics, content hash, None), or (None, its statistics, hash, the
+        record already storing the same bytes) when the run holds them (docs/format.md, "Data").
+
+        The hash is taken from the tensor in place, so bytes already stored (a parameter unchanged since the
+        last step) are neither copied nor measured again; new bytes are copied (the model may change the
+        tensor later) with their statistics in the same pass."""
+        h = host_contiguous(t)
+        view = as_numpy(h, name)
+        hsh = content_hash(view, name, shape)
+        stored = self.writer.stored(name, shape, hsh)
+        if stored is not None and stored.stats is not None:
+            return None, stored.stats, hsh, stored
+        if live and h.data_ptr() == t.data_ptr():  # written from its own memory before it can change (settle)
+            self._live = True
+            return view, array_stats(view, name), hsh, None
+        if h.data_ptr() == t.data_ptr() or h.numel() == 0:
+            array, stats = copy_with_stats(view, name)
+        else:  # already a copy of ours (another device, a strided tensor made contiguous)
+            array, stats = view, array_stats(view, name)
+        return array, stats, hsh, None
+
+    def settle(self) -> None:
+        """Return once the tensors recorded `live` are on disk (the writer no longer reads their memory).
+
+        Parameters are most of a forward's bytes in tensor mode; copying them first (fresh memory, page
+        faults, then the writer's own copy into the page cache) cost more than the forward at seq 128."""
+        if self._live:
+            self._live = False
+            self.writer.wait()
 
     def _stats(self, t: torch.Tensor, name: str) -> Stats:
         """Statistics, reused for a view or reshape of a tensor already measured (same elements in memory).

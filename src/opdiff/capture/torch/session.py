@@ -257,7 +257,8 @@ class CaptureSession(Session):
                     yield mpath, pname, p
 
     def record_parameters(self) -> None:
-        """Parameters, once per step, before the first forward of the step uses them."""
+        """Parameters, once per step, before the first forward of the step uses them; in tensor mode written
+        from their own memory (no copy) and on disk before this returns."""
         if not self.state.claim_parameters():
             return
         rec = self.recorder
@@ -268,7 +269,8 @@ class CaptureSession(Session):
             if current is None or current[0] != mpath:
                 current = (mpath, *rec.node(mpath, "parameter"))
             rec.record(p, node=current[1], module=mpath, op="parameter", level="param", call=current[2],
-                       direction="forward", role="parameter", pos=pname)
+                       direction="forward", role="parameter", pos=pname, live=True)
+        rec.settle()  # written from the parameters' own memory, before the forward (or anything) can change them
 
     def _install_grad_hooks(self) -> None:
         for mpath, pname, p in self._named_parameters():

@@ -17,7 +17,7 @@ import torch
 from ...base.record import Stats
 from ...store.format import FLOAT_DTYPES, numpy_dtype
 from ...store.stats import content_hash
-from ..stats_kernel import array_stats, copy_with_stats
+from ..stats_kernel import SMALL, array_stats, copy_with_stats, stats_at
 from . import cuda_stats
 
 DTYPE_NAMES: dict[torch.dtype, str] = {
@@ -122,10 +122,14 @@ def flat_elements(t: torch.Tensor) -> torch.Tensor:
 def stats_of(t: torch.Tensor, name: str) -> Stats:
     """Statistics of a tensor with the semantics of opdiff.store.stats.tensor_stats."""
     t = t.detach()
-    if t.numel() == 0:
+    n = t.numel()
+    if n == 0:
         return Stats(numel=0)
-    if t.device.type == "cpu" and not t.is_conj() and not t.is_neg():
-        return array_stats(as_numpy(flat_elements(t), name), name)
+    if t.is_cpu and not t.is_conj() and not t.is_neg():
+        flat = t if t.is_contiguous() else flat_elements(t)
+        if n < SMALL and type(flat) is torch.Tensor:  # read in place by address: no numpy view to make
+            return stats_at(flat.data_ptr(), n, name)  # `flat` holds the elements alive meanwhile
+        return array_stats(as_numpy(flat, name), name)
     return device_stats(t, name)
 
 

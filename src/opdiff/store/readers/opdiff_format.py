@@ -116,19 +116,22 @@ class OpdiffDump(Dump):
         """The optional call-description lines of the index (kind == "call"), for replay."""
         return self._calls
 
-    def header(self, rel: str) -> ShardHeader:
-        """A shard's checked header; the shard must resolve inside the dump (symlinks included)."""
-        h = self._headers.get(rel)
+    def header(self, rel: str, part: str | None = None) -> ShardHeader:
+        """A shard's checked header, in this part or in `part` (a record stored once per dump, format
+        version 2); the shard must resolve inside the dump (symlinks included)."""
+        key = rel if part is None else f"{part}/{rel}"
+        h = self._headers.get(key)
         if h is None:
-            path = inside(self.dir, rel, what="shard path", within=self.root)
-            h = self._headers[rel] = read_shard_header(path)
+            base = self.dir if part is None else inside(self.root, part, what="data part")
+            path = inside(base, rel, what="shard path", within=self.root)
+            h = self._headers[key] = read_shard_header(path)
         return h
 
     def span(self, rec: Record) -> TensorSpan:
         """Where the record's bytes lie in its shard; the shard's header and the record must agree."""
         if rec.data is None:
             raise DumpError(f"{self.dir}: record {rec.name!r} has no tensor data (captured in stats or hash mode)")
-        h = self.header(rec.data["file"])
+        h = self.header(rec.data["file"], rec.data.get("part"))
         entry = h.entries.get(rec.data["key"])
         if entry is None:
             raise DumpError(f"{h.path}: shard has no tensor {rec.data['key']!r} (record {rec.name!r})")
@@ -141,8 +144,8 @@ class OpdiffDump(Dump):
     def check(self) -> None:
         """Every shard the index refers to resolves inside the dump, is a regular file with a sound header
         whose entries all lie inside it (checked when the header is read)."""
-        for rel in sorted({r.data["file"] for r in self.records if r.data is not None}):
-            self.header(rel)
+        for rel, part in sorted({(r.data["file"], r.data.get("part") or "") for r in self.records if r.data is not None}):
+            self.header(rel, part or None)
 
     def open_part(self, rank: int, step: int) -> OpdiffDump:
         return open_dump(self.root, rank=rank, step=step)

@@ -1,0 +1,99 @@
+"""The capture's cheap per-record paths give exactly what the general ones give: statistics read by address in
+one kernel call, Stats.to_json by hand, index lines written without a writer thread in stats mode."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import opdiff
+from capture_helpers import build
+from opdiff.base.record import Stats
+from opdiff.capture import stats_kernel as K
+from opdiff.capture.torch.tensors import stats_of
+from opdiff.store.format import numpy_dtype
+from opdiff.store.stats import tensor_stats
+
+DTYPES = ["float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int64", "int32", "int16",
+          "int8", "uint8", "uint16", "uint32", "uint64", "bool"]
+
+
+def _array(name: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    a = rng.standard_normal(n) * 100
+    if name == "bool":
+        return a > 0
+    if "int" in name:
+        a = np.abs(a) if name.startswith("u") else a
+    a = a.astype(numpy_dtype(name))
+    if name in K._FLOAT_BITS and n > 5:
+        a[1], a[4] = np.nan, -a[4]
+        if name != "float8_e4m3fn":  # no inf in e4m3fn
+            a[3] = np.inf
+    return a
+
+
+def _threaded_path(a: np.ndarray, name: str) -> tuple[float, float, float]:
+    """sum, finite count, zeros by the chunked (threaded) path that large tensors take."""
+    x, bits, table = a, None, None
+    if name in K._FLOAT_BITS:
+        bits_type, code_type = K._FLOAT_BITS[name]
+        bits = a.view(bits_type)
+        if code_type is not None:
+            x, table = a.view(code_type), K._table(name)
+    elif name == "bool":
+        x = a.view(np.uint8)
+    o, _, _ = K._run(x, bits, table)
+    return o[0], o[2], o[6]
+
+
+@pytest.mark.parametrize("name", DTYPES)
+def test_stats_by_address_equal_the_chunked_path_and_the_reference(name):
+    rng = np.random.default_rng(7)
+    for n in (1, 6, 1000, K.CHUNK, K.CHUNK + 3, 3 * K.CHUNK + 5, K.SMALL - 1):
+        a = _array(name, n, rng)
+        got = K.stats_at(a.ctypes.data, n, name)
+        assert got == K.array_stats(a, name)
+        s1, fin, zeros = _threaded_path(a, name)
+        assert (got.zeros, got.numel - got.nan - got.posinf - got.neginf) == (zeros, fin)
+        if fin:
+            assert got.mean == s1 / fin  # the same sums in the same order: bit for bit
+        ref = tensor_stats(a)
+        assert (got.min, got.max, got.nan, got.posinf, got.neginf) == (ref.min, ref.max, ref.nan, ref.posinf, ref.neginf)
+        if ref.norm:
+            assert got.norm == pytest.approx(ref.norm, rel=1e-12)
+
+
+def test_torch_tensors_read_by_address_whatever_their_layout():
+    base = torch.randn(96, 130)
+    base[3, 5] = float("nan")
+    for t in (base, base.t(), base[:, 2:50], base[::2], torch.nn.Parameter(base.clone()), base.to(torch.bfloat16).t(),
+              base[5], torch.tensor(3.5)):
+        ref = tensor_stats(t.detach().contiguous().float().numpy() if t.dtype == torch.bfloat16 else
+                           t.detach().contiguous().numpy())
+        got = stats_of(t, "bfloat16" if t.dtype == torch.bfloat16 else "float32")
+        assert (got.numel, got.min, got.max, got.nan) == (ref.numel, ref.min, ref.max, ref.nan)
+        assert got.norm == pytest.approx(ref.norm, rel=1e-12)
+
+
+def test_stats_to_json_is_every_field():
+    s = Stats(numel=5, min=-1.5, max=2.0, mean=0.25, std=1.0, norm=3.0, nan=1, posinf=2, neginf=0, zeros=1)
+    assert s.to_json() == dataclasses.asdict(s)
+    assert list(s.to_json()) == [f.name for f in dataclasses.fields(Stats)]
+
+
+def test_a_stats_capture_writes_without_a_thread_and_a_tensor_capture_with_one(tmp_path):
+    model, inputs = build("gpt2")
+    seen = {}
+    for mode in ("stats", "tensor"):
+        with opdiff.capture(model, tmp_path / mode, level="module", mode=mode) as cap:
+            model(**inputs)
+            cap.writer.flush()
+            seen[mode] = any(t.name == "opdiff-writer" for t in threading.enumerate())
+        assert opdiff.load(tmp_path / mode).complete
+    assert seen == {"stats": False, "tensor": True}
+    a, b = opdiff.load(tmp_path / "stats"), opdiff.load(tmp_path / "tensor")
+    assert [r.name for r in a] == [r.name for r in b] and all(x.stats == y.stats for x, y in zip(a, b))
