@@ -31,10 +31,12 @@ from ...store.writer import DumpWriter
 from ..options import Options
 from ..stats_kernel import array_stats
 from . import session as S
-from .export import MODULES_KEY
+from .export import MODULES_KEY, WRAPPED
 from .graph import GNode, is_rewritten, ordered_nodes, provenance
 from .inputs import check_feeds, load_npz
-from .modules import UNKNOWN_OP, boundaries, events, read_signatures
+from .modules import UNKNOWN_OP, boundaries, events, name_modules, read_signatures
+from .params import read_parameters
+from .relocate import relocate
 
 ROOT_OP = "Graph"
 OPTIMIZED_FILE = "optimized.onnx"
@@ -167,15 +169,21 @@ def capture_onnx(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, n
     changed = [n for n, a in reference.items() if not _bitwise_equal(a, values.get(n))]
     original = ordered_nodes(proto.graph)
     nodes = ordered_nodes(optimized.graph)
+    sigs = read_signatures(proto, MODULES_KEY)
+    name_modules(original, sigs)
+    name_modules(nodes, sigs)
     provenance(nodes, original)
     orig_names = {k: v[0] for k, v in original_names(original).items()}
     names = optimized_names(nodes, original)
     meta = {"framework": "onnxruntime", "framework_version": ort.__version__, "capture_backend": "onnxruntime",
             "source_format": "onnx", "model": where, "level": level, "mode": mode, "device": "cpu",
             "session": settings.to_json(), "transformers_fired": fired}
+    relocated = _relocated(proto, settings, feeds, values, original, where) if level == "module" else {}
     with DumpWriter(path, meta, overwrite=overwrite) as w:
         writer = _Writer(w, mode)
         if level == "module":
+            w.update_meta(relocated=sorted(relocated))
+            values = {**values, **relocated}
             w.update_meta(modules=_write_modules(writer, proto, original, feeds, values))
         else:
             _write(writer, optimized, nodes, names, orig_names, feeds, values)
@@ -191,6 +199,21 @@ def capture_onnx(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, n
             provenance=fused, seconds=round(time.perf_counter() - t0, 3))
         meta = dict(w.meta)
     return meta
+
+
+def _relocated(proto: onnx.ModelProto, settings: S.Settings, feeds: dict, values: dict, original: list[GNode],
+               where: str) -> dict[str, np.ndarray]:
+    """Original tensors the optimized run holds under another name or layout (relocate.py); one unoptimized
+    run of the original graph, only when some tensor is missing."""
+    inits = {i.name for i in proto.graph.initializer}
+    wanted = [o for n in original if n.op != "Constant" for o in n.outputs if o and o not in values and o not in inits]
+    if not wanted:
+        return {}
+    plain, _ = _observed(proto)
+    sess, _ = S.build(plain.SerializeToString(), settings, level="disable")
+    unoptimized = _run(sess, feeds, where)
+    del sess
+    return relocate(wanted, unoptimized, values, {t for n in original for t in n.inputs + n.outputs})
 
 
 def _bitwise_equal(a: np.ndarray, b: np.ndarray | None) -> bool:
@@ -263,6 +286,9 @@ def _write_modules(writer: _Writer, proto: onnx.ModelProto, original: list[GNode
         x = arr.astype(np.float64)
         return float(x.sum()), float(np.abs(x).sum())
 
+    for module, pname, init, arr in read_parameters(proto, WRAPPED):
+        writer.add(arr, node=(node_name(module, "parameter", 0), 0), module=module, op="parameter", role="parameter",
+                   pos=pname, tensor=init, key=None, level="param")
     bounds, missing = boundaries(original, sigs, list(feeds), [o.name for o in proto.graph.output], constants, spec_of,
                                  print_of)
     fused_away = []

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 WRAPPED = "wrapped_model"
-MODULES_KEY = "opdiff.modules"  # model metadata: {path: {"op", "calls", "inputs", "outputs"}} (docs/fusion.md)
+MODULES_KEY = "opdiff.modules"  # model metadata: {path: {"op", "calls", "scope", "inputs", "outputs"}} (docs/fusion.md)
+PARAMS_KEY = "opdiff.parameters"  # model metadata: parameter names in the torch capture's order (params.py)
 
 
 def _specs(flat: list) -> list[list]:
@@ -38,24 +39,45 @@ def _fingerprint(t: Any) -> list[float] | None:
     return [a, b] if math.isfinite(a) and math.isfinite(b) else None
 
 
+def unqualified(path: str) -> str:
+    """The name the TorchScript exporter gives a module's scope: its path from the last non-numeric atom
+    on ("encoder.layer.0" -> "layer.0"), the path taken under the export wrapper as the exporter sees it."""
+    atoms = f"{WRAPPED}.{path}".split(".")
+    k = max(i for i, a in enumerate(atoms) if not a.isnumeric())
+    return ".".join(atoms[k:])
+
+
 def module_signatures(model: Any, inputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """One eager run with forward hooks: per module path its class, call count, input and output specs."""
+    """One eager run with forward hooks: per module path its class, call count, input and output specs, and
+    `scope`: the exporter's scope of its first call, the unqualified names of the modules calling it joined
+    by "." (a module called by an ancestor other than its parent, or a Sequential's child, has a scope that
+    is not its path: OPT's decoder is called by the root, not by `model`: scope "decoder")."""
     import torch
 
     from ..torch.naming import flatten, flatten_call
     from ..torch.preserve import preserved
 
     found: dict[str, dict[str, Any]] = {}
+    stack: list[str] = []  # scopes of the module calls under way
+
+    def enter(path: str, module) -> None:
+        scope = "" if not path else ".".join(s for s in (stack[-1] if stack else "", unqualified(path)) if s)
+        entry = found.setdefault(path, {"op": type(module).__name__, "calls": 0, "scope": scope})
+        stack.append(entry["scope"] if entry["calls"] == 0 else scope)
 
     def hook(path: str, module, args, kwargs, output) -> None:
-        entry = found.setdefault(path, {"op": type(module).__name__, "calls": 0})
+        if stack:
+            stack.pop()
+        entry = found[path]
         entry["calls"] += 1
         if entry["calls"] == 1:
             entry["inputs"] = _specs(flatten_call(args, kwargs))
             entry["outputs"] = _specs(flatten(output))
 
-    handles = [m.register_forward_hook(lambda mod, a, k, o, p=path: hook(p, mod, a, k, o), with_kwargs=True)
-               for path, m in model.named_modules()]
+    named = list(model.named_modules())
+    handles = [m.register_forward_pre_hook(lambda mod, a, p=path: enter(p, mod)) for path, m in named]
+    handles += [m.register_forward_hook(lambda mod, a, k, o, p=path: hook(p, mod, a, k, o), with_kwargs=True)
+                for path, m in named]
     try:
         with preserved(model, rng=True), torch.no_grad():
             model(**inputs)
@@ -63,6 +85,19 @@ def module_signatures(model: Any, inputs: dict[str, Any]) -> dict[str, dict[str,
         for h in handles:
             h.remove()
     return found
+
+
+def parameter_names(model: Any) -> list[str]:
+    """Each parameter's dotted name once, under its first owner, in the torch capture's order (tied weights
+    the exporter keeps once under that name)."""
+    seen: set[int] = set()
+    out = []
+    for path, m in model.named_modules():
+        for pname, p in m.named_parameters(recurse=False):
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(f"{path}.{pname}" if path else pname)
+    return out
 
 
 def export_onnx(model: Any, inputs: dict[str, Any], path: str | os.PathLike, *, opset: int = 17) -> dict[str, np.ndarray]:
@@ -101,6 +136,7 @@ def _export_onnx(model: Any, inputs: dict[str, Any], path: str | os.PathLike, op
         if node.name.startswith(prefix):
             node.name = "/" + node.name[len(prefix):]
     proto.metadata_props.add(key=MODULES_KEY, value=json.dumps(signatures))
+    proto.metadata_props.add(key=PARAMS_KEY, value=json.dumps(parameter_names(model)))
     onnx.save(proto, str(Path(path)))
     return {k: v.detach().cpu().numpy() for k, v in inputs.items()}
 

@@ -45,6 +45,39 @@ def read_signatures(proto: Any, key: str) -> dict[str, dict[str, Any]] | None:
     return None
 
 
+def scope_paths(sigs: dict[str, dict[str, Any]] | None) -> dict[str, str]:
+    """Exporter scope -> module path, from the signatures' `scope`s (an export before they were noted: none).
+    A scope two modules share is left out: neither is named by a guess."""
+    seen: dict[str, list[str]] = {}
+    for path, sig in (sigs or {}).items():
+        scope = sig.get("scope") if isinstance(sig, dict) else None
+        if path and isinstance(scope, str) and scope:
+            seen.setdefault(scope, []).append(path)
+    return {scope: paths[0] for scope, paths in seen.items() if len(paths) == 1}
+
+
+def name_modules(nodes: list[GNode], sigs: dict[str, dict[str, Any]] | None) -> None:
+    """Give each node the module path of its scope. A scope no signature names (a module's second call,
+    suffixed `_1` by the exporter) keeps its tail under the path of its longest named prefix, so it still
+    lies inside the modules calling it."""
+    paths = scope_paths(sigs)
+    if not paths:
+        return
+    for n in nodes:
+        n.module = _path_of(n.module, paths)
+
+
+def _path_of(scope: str, paths: dict[str, str]) -> str:
+    if scope in paths or not scope:
+        return paths.get(scope, scope)
+    atoms = scope.split(".")
+    for k in range(len(atoms) - 1, 0, -1):
+        head = ".".join(atoms[:k])
+        if head in paths:
+            return paths[head] + "." + ".".join(atoms[k:])
+    return scope
+
+
 Print = tuple[float, float]  # (sum, sum of |x|) of a float tensor
 
 
