@@ -150,3 +150,12 @@ def test_ort_port_of_a_model_whose_last_block_ort_fuses_passes(arch, tmp_path):
     pytest.importorskip("onnxruntime")
     rec = run(Case(arch, "ort", "module", "fp32"), tmp_path)
     assert rec["grade"] == grade.BENIGN_OK and rec["verdict"] == "pass", rec
+
+
+@pytest.mark.slow
+def test_autocast_norm_fed_by_unrecorded_bf16_code_is_judged_at_the_runs_precision(tmp_path):
+    """DeBERTa-v2 under bf16 autocast, module level: a LayerNorm runs in fp32 on a residual add of bf16 values
+    that no record shows, and rows of nearly constant input amplify that input's error beyond the calibrated
+    allowance. Its error is below one bf16 unit: judged at the run's widely used precision it is noise."""
+    rec = run(Case("deberta_v2", "autocast", "module", "fp32"), tmp_path)
+    assert rec["grade"] == grade.BENIGN_OK and rec["verdict"] == "pass", rec

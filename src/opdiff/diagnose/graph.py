@@ -86,6 +86,7 @@ class Graph:
     consumers: dict[int, list[int]] = field(default_factory=dict)  # tensor id -> input tensor ids that are it
     _ends: dict[int, list[int]] = field(default_factory=dict, repr=False)  # node id -> its children's ends, sorted
     islands: set[str] = field(default_factory=set)  # narrow dtypes the target uses in a few places only
+    wide_unit: float = 0.0  # the coarsest rounding unit among the float dtypes the target uses widely
     _passthrough: set[int] | None = field(default=None, repr=False)  # the passthrough property (build sets it)
     owner: dict[str, int] = field(default_factory=dict)  # module path -> its first (non-parameter) call
     direction: str = "forward"  # the pass the graph is of: forward | backward | update
@@ -186,6 +187,8 @@ class Graph:
         """Rounding unit `t` is judged at: its pair's, or coarser when it came through ops golden does
         not run in a narrower dtype the target uses widely (a buffer kept in fp16 in an fp16 model)."""
         u = t.unit
+        if t.role == "output" and self.wide_unit > u and self._reads_unrecorded(t):
+            u = self.wide_unit
         cur = self.producer.get(t.id) if t.role == "input" else None
         for _ in range(depth):
             if cur is None:
@@ -201,6 +204,14 @@ class Graph:
                     u = max(u, unit(d))
             cur = next((self.producer[i] for i in node.inputs if i in self.producer), None)
         return u
+
+    def _reads_unrecorded(self, t: Tensor) -> bool:
+        """Whether t's op reads a float input that no recorded op made (a residual add between modules):
+        in a run that computes widely in a coarser dtype (bf16 autocast), that input may hold values of
+        that precision, so t's error is judged at it, not at t's own dtype."""
+        node = self.nodes[t.node]
+        return any(i not in self.producer and self.tensors[i].unit > 0 and self.tensors[i].role == "input"
+                   and (self.root is None or i not in self.nodes[self.root].inputs) for i in node.inputs)
 
     def blame(self, t: Tensor) -> tuple[int, str]:
         """The node whose own code made `t` diverge, and how (output | parameter | inserted | input-changed |
@@ -337,6 +348,12 @@ SCOPE = 32  # how many finished children of a module its own code is assumed to 
 ISLAND_SHARE = 0.05  # a narrower dtype in fewer than this share of the target's float pairs is an island
 
 
+def _wide_unit(tensors: list[Tensor], islands: set[str]) -> float:
+    """The coarsest rounding unit of the float dtypes the target computes in widely (islands aside)."""
+    dtypes = {t.target.dtype for t in tensors if t.target is not None}
+    return max((unit(d) for d in dtypes if d not in islands and unit(d) > 0), default=0.0)
+
+
 def hold_islands(tensors: list[Tensor]) -> set[str]:
     """Float dtypes narrower than golden's that the target uses only in a few places (one op computed in
     fp16 in an fp32 run): pairs in them are held to golden's rounding, as a precision bug is not the
@@ -410,7 +427,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     producer = _producers(order, by_name, tensors)
     # computed now, from the records as built (backward.wire_output_grads later adds tensors and changes roles)
     return Graph(tensors, nodes, root, producer, golden_only, levels, islands=islands, direction=direction,
-                 _in_order=order, _passthrough=_golden_passthrough(tensors))
+                 _in_order=order, _passthrough=_golden_passthrough(tensors), wide_unit=_wide_unit(tensors, islands))
 
 
 def _by_order(t: Tensor) -> int:
