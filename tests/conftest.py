@@ -74,3 +74,27 @@ def opdiff_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
 @pytest.fixture(scope="session")
 def strict_json() -> Callable[[str | os.PathLike[str]], Any]:
     return read_strict_json
+
+
+
+_FRESH_THREADS: list[int] = []  # torch's thread count in a fresh process, measured once per worker
+
+
+def _fresh_threads() -> int:
+    """torch's intra-op thread count as a fresh process starts with it (environment included)."""
+    if not _FRESH_THREADS:
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                             capture_output=True, text=True, timeout=120, check=True)
+        _FRESH_THREADS.append(int(out.stdout.strip()))
+    return _FRESH_THREADS[0]
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_put_back() -> Any:
+    """Each test leaves torch's thread count as a fresh process has it: code that pins it (a sweep case, a
+    fault class) must not change the numerics of the next test in the same worker (a bf16 reduction rounds
+    differently with one thread than with two, and msprobe's dumps are made in fresh processes)."""
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != _fresh_threads():
+        torch.set_num_threads(_fresh_threads())
