@@ -89,6 +89,7 @@ class _Side:
         self.consumers: dict[str, list[Record]] = defaultdict(list)  # record name -> records made from it
         self.own_outputs: dict[str, list[Record]] = defaultdict(list)  # module -> its own unpaired outputs
         self.by_name: dict[str, Record] = {}
+        self.downstream: dict[str, bool] = {}  # node -> observed_downstream, computed once
         for r in recs:
             self.by_node[r.node].append(r)
             self.by_name[r.name] = r
@@ -124,7 +125,14 @@ class _Side:
         return self.observed_downstream(producer or out)
 
     def observed_downstream(self, rec: Record) -> bool:
-        """A paired record made from what rec's op produced, through other unpaired ops (`Record.src`)."""
+        """A paired record made from what rec's op produced, through other unpaired ops (`Record.src`);
+        once per op: every unmatched record inside a block asks it of the block's outputs."""
+        known = self.downstream.get(rec.node)
+        if known is None:
+            known = self.downstream[rec.node] = self._walk_downstream(rec)
+        return known
+
+    def _walk_downstream(self, rec: Record) -> bool:
         seen = {rec.node}
         todo = [rec.node]
         while todo:
