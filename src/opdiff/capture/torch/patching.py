@@ -157,7 +157,7 @@ class PatchBlock:
         if not isinstance(model, torch.nn.Module) or self.calls > 1:
             raise TypeError(f"{self.who}: patching needs one capture(model) of an nn.Module per run")
         stack = ExitStack()
-        stack.enter_context(preserved(model))
+        stack.enter_context(preserved(model, buffers=True))  # a patched re-run is opdiff's, not the user's
         stack.enter_context(self.install(model))
         return stack
 
