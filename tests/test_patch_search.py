@@ -160,3 +160,19 @@ def test_a_pre_hook_of_the_module_is_its_own_call_not_its_parents_code(tmp_path)
     d = opdiff.diagnose_models(golden, target, inputs, tmp_path / "r", replay=False)
     proof = _proof(d)
     assert [c["module"] for c in proof["culprits"]] == list(planted.culprits) == [d.culprit.module]
+
+
+def test_output_error_never_lets_a_nan_hide_a_difference():
+    """The model-output error patching measures: nan, +inf, -inf at the same places of both outputs are the
+    same; anywhere else, or of another kind, the error is infinite; the finite elements are still measured
+    where both hold a nan elsewhere (a nan used to make the error 0 and a repair look complete)."""
+    from opdiff.capture.torch.patching import output_error
+
+    nan, inf = float("nan"), float("inf")
+    g = torch.tensor([1.0, 2.0, nan, -inf])
+    assert output_error(g, g.clone()) == 0.0
+    assert output_error(g, torch.tensor([1.0, 4.0, nan, -inf])) == pytest.approx(1.0)  # |2 - 4| / max|g| = 1
+    for t in ([1.0, 2.0, 3.0, -inf], [1.0, 2.0, nan, inf], [1.0, 2.0, inf, -inf], [nan, 2.0, nan, -inf]):
+        assert output_error(g, torch.tensor(t)) == inf, t
+    assert output_error(torch.tensor([1.0, nan]), torch.tensor([1.0, 5.0])) == inf  # golden's nan, target finite
+    assert output_error(torch.zeros(0), torch.zeros(0)) == 0.0

@@ -89,14 +89,18 @@ def keep_graph(own: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
 
 def output_error(golden: Any, target: Any) -> float:
     """Error of the model output the way diagnose measures a pair: the larger of the relative euclidean
-    distance and the max absolute error over golden's absmax, worst over the floating outputs."""
+    distance and the max absolute error over golden's absmax, worst over the floating outputs. Non-finite
+    values must sit at the same places and be the same (nan, +inf, -inf), else the error is infinite; the
+    finite ones are measured (a nan of both never hides a difference elsewhere)."""
     worst = 0.0
     for g, t in zip(leaves(golden), leaves(target)):
         if not g.is_floating_point() or g.shape != t.shape:
             continue
         a, b = g.detach().double().cpu().numpy(), t.detach().double().cpu().numpy()
-        if not np.isfinite(b).all() and np.isfinite(a).all():
+        fa, fb = np.isfinite(a), np.isfinite(b)
+        if (fa != fb).any() or not np.array_equal(a[~fa], b[~fb], equal_nan=True):
             return float("inf")
+        a, b = a[fa], b[fb]
         d = np.abs(a - b)
         scale, absmax = float(np.linalg.norm(a)), float(np.abs(a).max(initial=0.0))
         red = float(np.linalg.norm(d)) / scale if scale else float(d.max(initial=0.0) > 0) * float("inf")
