@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .patch_inputs import Mutations, Seen, changed, expected, put, watch
-from .patch_ops import OpHook, is_op_key, op_scope, own_ops
+from .patch_ops import OpHook, in_layout, is_op_key, op_scope, own_ops
 from .preserve import _rng_state, _set_rng_state, preserved
 
 Outputs = dict[str, list[Any]]  # module path -> its outputs, one per call
@@ -65,16 +65,17 @@ def remap(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
 
 
 def substitute(own: Any, other: Any) -> Any:
-    """`own` with each tensor replaced by `other`'s tensor at the same place (same shape), in own's dtype."""
+    """`own` with each tensor replaced by `other`'s tensor at the same place (same shape), in own's dtype and
+    strides."""
     theirs = iter(leaves(other))
 
     def swap(t: torch.Tensor) -> torch.Tensor:
         o = next(theirs, None)
         if o is None or o.shape != t.shape:
             return t
-        v = o.to(dtype=t.dtype, device=t.device)
-        return keep_graph(t, v.clone() if v is o else v)  # never hand out the recording itself
+        return keep_graph(t, in_layout(t, o))
     return remap(own, swap)
+
 
 
 def keep_graph(own: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -198,8 +199,8 @@ class TorchPatcher:
         self.op_scopes: set[str] = set()  # modules whose own ops are recorded
         self.outputs: dict[str, Any] = {}
         self.golden_inputs: Outputs = {}  # module path -> its (args, kwargs), one per call
-        self.input_errors: dict[str, float] = {}
-        self.mutations: dict[str, Mutations] = {"golden": {}, "target": {}}  # in-place writes to module inputs  # per module, its inputs' error in local_errors' run
+        self.input_errors: dict[str, float] = {}  # per module, its inputs' error in local_errors' run
+        self.mutations: dict[str, Mutations] = {"golden": {}, "target": {}}  # in-place writes to module inputs
         for side in ("golden", "target"):
             self.recorded[side], self.outputs[side] = self._record(side)
 
