@@ -331,7 +331,7 @@ def _error(p: PairResult, golden: Dump | None, target: Dump | None) -> float | N
             ((p.golden.op != p.target.op and not _same_place(p.golden, p.target)) or (err is not None and err > GUESS_LIMIT)):
         return None  # a pair guessed by position between different ops, or unrelated-looking: not evidence
     if err and p.golden is not None and p.target is not None and golden is not None and target is not None \
-            and mask_pair(p.golden, p.target) and p.golden.has_data and p.target.has_data:
+            and p.golden.has_data and p.target.has_data and mask_pair(p.golden, p.target):  # cheap tests first
         try:
             return masked_error(golden.tensor(p.golden), target.tensor(p.target), p.golden.dtype, p.target.dtype)
         except DumpError:
