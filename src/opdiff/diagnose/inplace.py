@@ -13,6 +13,7 @@ import math
 
 from ..base.errors import DumpError
 from ..base.pair import PairResult
+from ..base.record import Record
 from ..metrics import names as M
 from ..metrics.tensor import tensor_metrics
 from ..store import Dump
@@ -29,8 +30,13 @@ def inplace_error(p: PairResult, golden: Dump | None, target: Dump | None) -> fl
     g = golden.get(name) if isinstance(name, str) else None
     if g is None or not g.has_data or g.shape != t.shape:
         return None
+    return _relative(golden, g, target, t)
+
+
+def _relative(a_dump: Dump, a: Record, b_dump: Dump, b: Record) -> float | None:
+    """max(RelativeEuclideanDistance, MaxAbsErr / max|a|) of b against a (None: unreadable)."""
     try:
-        m = tensor_metrics(golden.tensor(g), target.tensor(t))
+        m = tensor_metrics(a_dump.tensor(a), b_dump.tensor(b))
     except (DumpError, ValueError, TypeError):
         return None
     terms = [float(x) for x in (m.get(M.RED), m.get(M.NORM_MAX_ABS_ERR))
@@ -49,10 +55,4 @@ def inplace_change(p: PairResult, target: Dump | None) -> float | None:
     before = target.get(name) if isinstance(name, str) else None
     if before is None or not before.has_data or before.shape != t.shape or before.dtype != t.dtype:
         return None
-    try:
-        m = tensor_metrics(target.tensor(before), target.tensor(t))
-    except (DumpError, ValueError, TypeError):
-        return None
-    terms = [float(x) for x in (m.get(M.RED), m.get(M.NORM_MAX_ABS_ERR))
-             if isinstance(x, (int, float)) and math.isfinite(float(x))]
-    return max(terms) if terms else None
+    return _relative(target, before, target, t)
