@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from opdiff.diagnose.noise import NARROW_SIGNIFICANT, Noise
+from opdiff.diagnose.noise import NARROW_SIGNIFICANT, Noise, Peers
 from opdiff.testing.sweep import grade
 from opdiff.testing.sweep.case import Case, run
 
@@ -37,11 +37,16 @@ def test_clean_bf16_module_dump_passes(arch, tmp_path):
 
 def test_peer_amplification_tightens_only_with_enough_other_calls():
     bf16 = 2.0 ** -8
-    noise = Noise(floor=1.0, peers={"LayerNorm": [(1.5, 1), (1.2, 2), (9.0, 3)]})
+    layer_norms = Peers()
+    for ratio, node in [(1.5, 1), (1.2, 2), (9.0, 3), (1.1, 1)]:
+        layer_norms.add(ratio, node)
+    noise = Noise(floor=1.0, peers={"LayerNorm": layer_norms})
     assert noise.allowance("LayerNorm", 3) == 3.0  # twice the others' 1.5; its own 9 does not count
     assert noise.allowance("LayerNorm", 1) == 8.0  # the faulty call among its others: no tighter than the default
     assert noise.allowance("Linear", 1) == 8.0  # no peers: the default
-    one = Noise(floor=1.0, peers={"Rotary": [(0.5, 1)]})
+    rotary = Peers()
+    rotary.add(0.5, 1)
+    one = Noise(floor=1.0, peers={"Rotary": rotary})
     assert one.allowance("Rotary", 2) == 8.0  # one other call is not enough
     assert noise.threshold(bf16, 0.0) == NARROW_SIGNIFICANT * bf16
     assert noise.threshold(2.0 ** -24, 0.0) == 32 * 2.0 ** -24  # fp32 pairs keep SIGNIFICANT

@@ -14,7 +14,7 @@ from statistics import median
 from ..metrics.thresholds import SIGNIFICANT
 from .bounds import leaf_jump, op_kind, output_bound, tight_jump
 from .graph import Graph, Node, Tensor
-from .noise import AMPLIFICATION, UNIT, Noise
+from .noise import AMPLIFICATION, UNIT, Noise, Peers
 
 MAX_FLOOR = 8.0
 REACH = 0.125  # an error already judged an op's own reaches a reader showing 1/8 of a fresh event's threshold
@@ -102,13 +102,13 @@ def calibrate(graph: Graph) -> Noise:
 
 
 def _peers(graph: Graph, fresh: list[tuple[Tensor, float]], measured: list[tuple[Tensor, float, float]],
-           floor: float) -> dict[str, list[tuple[float, int]]]:
+           floor: float) -> dict[str, Peers]:
     """What each op type's calls in a narrow float dtype show: output error over the larger of the inherited
     error and the floor (Noise.allowance)."""
-    peers: dict[str, list[tuple[float, int]]] = {}
+    peers: dict[str, Peers] = {}
     for t, err, inh in measured + [(t, t.err or 0.0, inh) for t, inh in fresh]:
         if t.unit > UNIT["float32"]:
-            peers.setdefault(graph.nodes[t.node].op, []).append((err / max(inh, floor * t.unit), t.node))
+            peers.setdefault(graph.nodes[t.node].op, Peers()).add(err / max(inh, floor * t.unit), t.node)
     return peers
 
 

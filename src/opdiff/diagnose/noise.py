@@ -128,6 +128,25 @@ def _discrete_error(m: Metrics, g: Record, t: Record) -> float:
 
 
 @dataclass
+class Peers:
+    """What the calls of one op type show (Noise.allowance): each call's largest ratio, and the two largest."""
+
+    best: dict[int, float] = field(default_factory=dict)  # node id -> its largest ratio
+    top: list[tuple[float, int]] = field(default_factory=list)  # the two largest (ratio, node), distinct nodes
+
+    def add(self, ratio: float, node: int) -> None:
+        if ratio <= self.best.get(node, -1.0):
+            return
+        self.best[node] = ratio
+        self.top = sorted([x for x in self.top if x[1] != node] + [(ratio, node)], reverse=True)[:2]
+
+    def others(self, node: int) -> tuple[int, float]:
+        """How many other calls were measured, and the largest ratio among them."""
+        n = len(self.best) - (node in self.best)
+        return n, next((r for r, m in self.top if m != node), 0.0)
+
+
+@dataclass
 class Noise:
     """The calibrated noise model of one comparison."""
 
@@ -138,8 +157,8 @@ class Noise:
     run_unit: float = UNIT["float32"]  # rounding unit of the coarsest float dtype the target ran in
     run_dtype: str = "float32"
     narrow: float = NARROW_SIGNIFICANT  # units of its own a fresh op in a narrow float dtype may show
-    # op type -> [(output error / max(inherited, floor units), node id)] of its calls in a narrow float dtype
-    peers: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    # op type -> output error / max(inherited, floor units) of its calls in a narrow float dtype
+    peers: dict[str, Peers] = field(default_factory=dict)
 
     def allowance(self, op: str, node: int) -> float:
         """Amplification allowed to one call: the default, or twice what other calls of its op show (where its
@@ -151,9 +170,11 @@ class Noise:
             if n != node:
                 base = max(self.amplification, 2.0 * ratio)
                 break
-        others = [r for r, n in self.peers.get(op, ()) if n != node]
-        if len(others) >= PEERS:
-            return min(base, max(PEER_MIN, 2.0 * max(others)))
+        peers = self.peers.get(op)
+        if peers is not None:
+            n, ratio = peers.others(node)
+            if n >= PEERS:
+                return min(base, max(PEER_MIN, 2.0 * ratio))
         return base
 
     def threshold(self, unit_: float, inherited: float, op: str = "", node: int = -1) -> float:
