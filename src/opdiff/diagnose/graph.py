@@ -21,7 +21,7 @@ from ..metrics import names as M
 from ..metrics.masks import mask_pair, masked_errors
 from ..metrics.thresholds import unit
 from ..store import Dump
-from .inplace import inplace_error
+from .inplace import inplace_change, inplace_error
 from .noise import pair_error
 
 
@@ -38,6 +38,7 @@ class Tensor:
     node: int = -1  # the target node it belongs to (-1: golden only)
     abs_err: float | None = None  # MaxAbsErr when real data was compared
     order: int = -1  # index of the target record (execution order); -1 when golden only
+    moved: float | None = None  # a target-only in-place record: its change from the input its call was handed
 
     @property
     def rec(self) -> Record:
@@ -401,6 +402,8 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
         tid = len(tensors)
         err, abs_err = _errors(p, golden, target)
         tensor = Tensor(tid, p, g, t, err, units.of(g, t), abs_err=abs_err, order=t.index if t is not None else -1)
+        if g is None and err is not None:
+            tensor.moved = inplace_change(p, target)
         tensors.append(tensor)
         if t is None:
             golden_only.append(tid)
