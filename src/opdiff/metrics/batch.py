@@ -19,7 +19,7 @@ import xxhash
 from ..base.pair import Metrics
 from ..store.format import numpy_dtype
 from . import kernel as K
-from .tensor import F16, F32, TensorDataError, TensorSource, Workspace, _kl_norm, finalize, kernel_dtype, na_metrics
+from .tensor import F16, F32, TensorDataError, TensorSource, Workspace, _kl_norm, finalize_rows, kernel_dtype, na_metrics
 
 SMALL_PAIR = 1 << 14  # elements per side: a pair at most this big is compared in a batch
 GAP = 4096  # bytes between two tensors of a file that one read still spans
@@ -67,24 +67,25 @@ def _fold_group(items: list[PairItem], ks: list[int], gold: list[np.ndarray | No
     offsets = np.zeros(len(ks) + 1, dtype=np.int64)
     np.cumsum([items[k].golden.numel for k in ks], out=offsets[1:])
     bounds = offsets.tolist()
-    params = np.empty((len(ks), K.N_PARAM), dtype=np.float64)
+    rows = []
     ranges = []
     for j, k in enumerate(ks):
         lo, hi = bounds[j], bounds[j + 1]
         g_rng = items[k].golden_range or _finite_range(g_all[lo:hi])
         t_rng = items[k].target_range or _finite_range(t_all[lo:hi])
-        params[j] = (*_kl_norm(g_rng[0], g_rng[1]), *_kl_norm(t_rng[0], t_rng[1]), g_rng[2], t_rng[2])
+        rows.append((*_kl_norm(g_rng[0], g_rng[1]), *_kl_norm(t_rng[0], t_rng[1]), g_rng[2], t_rng[2]))
         ranges.append((g_rng, t_rng))
+    params = np.array(rows, dtype=np.float64).reshape(len(ks), K.N_PARAM)
     acc = np.zeros((len(ks), K.N_ACC), dtype=np.float64)
     cnt = np.zeros((len(ks), K.N_CNT), dtype=np.int64)
     cnt[:, K.C_FIRST_MISMATCH] = -1
     cnt[:, K.C_WORST_IDX] = -1
     K.fold_segments(g_all, t_all, offsets, params, acc, cnt, np.zeros(K.N_ACC, dtype=np.float64))
-    for j, (k, a_row, c_row) in enumerate(zip(ks, acc.tolist(), cnt.tolist())):
-        (g_lo, g_hi, g_shift), (_, _, t_shift) = ranges[j]
-        absmax = None if g_lo is None or g_hi is None else max(abs(g_lo), abs(g_hi))
-        out[k] = finalize(a_row, c_row, bounds[j + 1] - bounds[j], absmax, (g_shift, t_shift))
-
+    absmax = [None if g_lo is None or g_hi is None else max(abs(g_lo), abs(g_hi)) for (g_lo, g_hi, _), _ in ranges]
+    shifts = [(g[2], t[2]) for g, t in ranges]
+    numel = np.diff(offsets).tolist()
+    for k, m in zip(ks, finalize_rows(acc, cnt, numel, absmax, shifts)):
+        out[k] = m
 
 def _finite_range(x: np.ndarray) -> Range:
     lo, hi, first, found = K.finite_range(x)
