@@ -113,10 +113,11 @@ def read_sources(sources: list[TensorSource], ws: Workspace) -> list[np.ndarray 
             out[k] = src.array.reshape(-1)
         elif src.path is not None:
             by_file[src.path].append(k)
+    sizes = {k: _nbytes(sources[k]) for ks in by_file.values() for k in ks}  # once per source: read twice below
     for ks in by_file.values():
         ks.sort(key=lambda k: sources[k].offset)
-        for run in _runs(sources, ks):
-            _read_run(sources, run, ws, out)
+        for run in _runs(sources, ks, sizes):
+            _read_run(sources, run, sizes, ws, out)
     return out
 
 
@@ -124,30 +125,32 @@ def _nbytes(src: TensorSource) -> int:
     return src.numel * numpy_dtype(src.dtype).itemsize
 
 
-def _runs(sources: list[TensorSource], ks: list[int]) -> list[list[int]]:
+def _runs(sources: list[TensorSource], ks: list[int], sizes: dict[int, int]) -> list[list[int]]:
     """Sources of one file (sorted by offset) cut into runs that one read covers."""
     runs: list[list[int]] = []
     start = end = 0
     for k in ks:
-        s = sources[k]
-        lo, hi = s.offset, s.offset + _nbytes(s)
-        if runs and lo - end <= GAP and max(end, hi) - start <= READ_MAX:
+        lo = sources[k].offset
+        hi = lo + sizes[k]
+        if runs and lo - end <= GAP and (end if end > hi else hi) - start <= READ_MAX:
             runs[-1].append(k)
-            end = max(end, hi)
+            if hi > end:
+                end = hi
         else:
             runs.append([k])
             start, end = lo, hi
     return runs
 
 
-def _read_run(sources: list[TensorSource], run: list[int], ws: Workspace, out: list[np.ndarray | None]) -> None:
+def _read_run(sources: list[TensorSource], run: list[int], sizes: dict[int, int], ws: Workspace,
+              out: list[np.ndarray | None]) -> None:
     """One pread for a run of tensors; each tensor checked against its hash. A read cut short leaves the
     tensors past its end None (their pairs, compared alone, say the file is truncated)."""
     first = sources[run[0]]
     path = first.path
     assert path is not None  # read_sources passes file sources only
     start = first.offset
-    end = max(sources[k].offset + _nbytes(sources[k]) for k in run)
+    end = max(sources[k].offset + sizes[k] for k in run)
     buf = np.empty(end - start, dtype=np.uint8)
     try:
         ws.pread(path, start, memoryview(buf.data))
@@ -155,12 +158,11 @@ def _read_run(sources: list[TensorSource], run: list[int], ws: Workspace, out: l
         return
     for k in run:
         s = sources[k]
-        dt = numpy_dtype(s.dtype)
         lo = s.offset - start
-        raw = buf[lo:lo + s.numel * dt.itemsize]
+        raw = buf[lo:lo + sizes[k]]
         if s.hash and s.hash.startswith("xxh3:"):
             h = xxhash.xxh3_64(f"{s.dtype}{list(s.shape)}".encode())
             h.update(raw.data)
             if "xxh3:" + h.hexdigest() != s.hash:
                 continue
-        out[k] = raw.view(dt)
+        out[k] = raw.view(numpy_dtype(s.dtype))

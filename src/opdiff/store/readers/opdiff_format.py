@@ -136,7 +136,7 @@ class OpdiffDump(Dump):
         if entry is None:
             raise DumpError(f"{h.path}: shard has no tensor {rec.data['key']!r} (record {rec.name!r})")
         dtype, shape, start, _end = entry
-        if dtype != rec.dtype or not same_layout(shape, tuple(rec.shape)):
+        if dtype != rec.dtype or (shape != rec.shape and not same_layout(shape, tuple(rec.shape))):
             raise DumpError(f"{h.path}: tensor {rec.data['key']!r} is {dtype}{list(shape)} in the shard but "
                             f"{rec.dtype}{list(rec.shape)} in the index")
         return TensorSpan(path=h.path, offset=start, dtype=dtype, shape=tuple(rec.shape), hash=rec.hash)
