@@ -194,11 +194,12 @@ def _source(dump: Dump, rec: Record) -> TensorSource:
                                   f"{rec.dtype}{list(rec.shape)}")
         return TensorSource(dtype=dtype_name(src.dtype), shape=tuple(rec.shape), array=src.reshape(-1),
                             hash=rec.hash, label=rec.name)
-    if src.dtype != rec.dtype or (src.shape != rec.shape and src.numel != rec.numel):  # a scalar stored as [1] is the same data
+    # a scalar stored as [1] is the same data
+    if src.dtype != rec.dtype or (src.shape != rec.shape and src.numel != rec.numel):
         raise TensorDataError(f"{src.path}: tensor {rec.name!r} is {src.dtype}{list(src.shape)} in the file but "
                               f"{rec.dtype}{list(rec.shape)} in the record")
-    return TensorSource(dtype=src.dtype, shape=tuple(rec.shape), path=src.path, offset=src.offset, hash=rec.hash,
-                        label=rec.name)
+    shape = rec.shape if type(rec.shape) is tuple else tuple(rec.shape)
+    return TensorSource(src.dtype, shape, None, src.path, src.offset, rec.hash, rec.name)
 
 
 def _range(rec: Record) -> tuple[float | None, float | None, float] | None:

@@ -39,7 +39,7 @@ class TensorDataError(DumpError):
     """One tensor's data is unreadable or does not match its record (its pair becomes N/A)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class TensorSource:
     """Where one tensor's elements come from: an array, or `path` at byte `offset`."""
 
