@@ -205,7 +205,7 @@ def _source(dump: Dump, rec: Record) -> TensorSource:
 def _range(rec: Record) -> tuple[float | None, float | None, float] | None:
     """(min, max, shift) from the record's statistics, so the kernel needs no extra pass."""
     s = rec.stats
-    if s is None or (rec.numel and s.min is None and not (s.nan or s.posinf or s.neginf)):
+    if s is None or (s.min is None and rec.numel and not (s.nan or s.posinf or s.neginf)):
         return None
     return s.min, s.max, s.mean if s.mean is not None else 0.0
 
@@ -399,8 +399,8 @@ def compare_subset(golden: Dump, target: Dump, plan: PairPlan, positions: list[i
 def _batchable(g: Record | None, t: Record | None, mode: str) -> bool:
     """A pair compare_pair would compare on tensor data, small enough to join a batch."""
     return (g is not None and t is not None and 0 < g.numel <= SMALL_PAIR and not g.extra.get(DAMAGED)
-            and not t.extra.get(DAMAGED) and not needs_counts(g, t) and tuple(g.shape) == tuple(t.shape)
-            and _pair_mode(mode, g, t)[0] == "tensor")
+            and not t.extra.get(DAMAGED) and not needs_counts(g, t)
+            and (g.shape == t.shape or tuple(g.shape) == tuple(t.shape)) and _pair_mode(mode, g, t)[0] == "tensor")
 
 
 def small_pair_metrics(golden: Dump, target: Dump, pairs: list[Pair], positions: list[int], mode: str,

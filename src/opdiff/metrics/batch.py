@@ -44,28 +44,29 @@ def batch_metrics(items: list[PairItem], ws: Workspace) -> list[Metrics | None]:
     gold = read_sources([it.golden for it in items], ws)
     targ = read_sources([it.target for it in items], ws)
     groups: dict[tuple[np.dtype, np.dtype], list[int]] = defaultdict(list)
+    numels = [it.golden.numel for it in items]
     for k, it in enumerate(items):
         g, t = gold[k], targ[k]
-        if tuple(it.golden.shape) != tuple(it.target.shape):
+        if it.golden.shape != it.target.shape and tuple(it.golden.shape) != tuple(it.target.shape):
             continue  # pair_metrics says why
-        if it.golden.numel == 0:
+        if numels[k] == 0:
             out[k] = na_metrics("empty tensor: nothing to compare", numel=0)
         elif g is not None and t is not None:
             groups[(g.dtype, t.dtype)].append(k)
     for ks in groups.values():
-        _fold_group(items, ks, gold, targ, out)
+        _fold_group(items, ks, gold, targ, out, numels)
     return out
 
 
 def _fold_group(items: list[PairItem], ks: list[int], gold: list[np.ndarray | None], targ: list[np.ndarray | None],
-                out: list[Metrics | None]) -> None:
+                out: list[Metrics | None], numels: list[int]) -> None:
     """The pairs `ks` (one dtype per side) laid end to end, folded by one kernel call, finalized."""
     first = items[ks[0]]
     kd = kernel_dtype(first.golden.dtype, first.target.dtype)
     g_all = _upcast(np.concatenate([a for k in ks if (a := gold[k]) is not None]), kd)  # all read: grouped
     t_all = _upcast(np.concatenate([a for k in ks if (a := targ[k]) is not None]), kd)
     offsets = np.zeros(len(ks) + 1, dtype=np.int64)
-    np.cumsum([items[k].golden.numel for k in ks], out=offsets[1:])
+    np.cumsum([numels[k] for k in ks], out=offsets[1:])
     bounds = offsets.tolist()
     rows = []
     ranges = []
