@@ -14,12 +14,14 @@ from opdiff.base.errors import DumpError
 from opdiff.base.record import Record, Stats
 from opdiff.compare.run import compare
 from opdiff.store import validate as V
-from opdiff.store.colindex import COLS_FILE, ColumnBuilder
+from opdiff.store.colindex import COLS_FILE, MIN_RECORDS, ColumnBuilder
 from opdiff.store.writer import DumpWriter
 from opdiff.testing.synthetic import Tensor, make_record, write_dump, write_run
 
+N = MIN_RECORDS + 40  # a part this long gets a copy
 
-def _tensors(n: int = 12) -> list[Tensor]:
+
+def _tensors(n: int = N) -> list[Tensor]:
     rng = np.random.default_rng(0)
     out = []
     for i in range(n):
@@ -59,7 +61,7 @@ def test_writer_writes_a_copy_that_reads_as_the_json_lines(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("mode", ["stats", "hash"])
 def test_stats_and_hash_captures(tmp_path: Path, mode: str) -> None:
-    write_dump(tmp_path / "d", _tensors(9), mode=mode)
+    write_dump(tmp_path / "d", _tensors(), mode=mode)
     fast, slow = _both(_index(tmp_path / "d"))
     assert fast == slow and all(r.data is None for r in fast[0])
 
@@ -68,8 +70,8 @@ def test_call_lines_sources_and_producers(tmp_path: Path) -> None:
     """Call lines are read from the JSON lines; hash, source and src columns, a record without statistics."""
     w = DumpWriter(tmp_path / "d", {"framework": "numpy"})
     w.begin(0, 0)
-    for i, t in enumerate(_tensors(6)):
-        if i % 2 == 0:
+    for i, t in enumerate(_tensors()):
+        if i % 500 == 0:
             w.add_call({"node": f"n{i}", "op": "aten.add.Tensor", "args": [i]})
         rec = make_record(t)
         rec.source, rec.src = f"model.py:{i}", (f"src{i}" if i else None)
@@ -79,7 +81,7 @@ def test_call_lines_sources_and_producers(tmp_path: Path) -> None:
     w.close()
     fast, slow = _both(_index(tmp_path / "d"))
     assert fast == slow
-    assert [c["node"] for c in fast[2]] == ["n0", "n2", "n4"]
+    assert [c["node"] for c in fast[2]] == ["n0", "n500", "n1000", "n1500", "n2000"]
     assert fast[0][3].stats is None and fast[0][2].source == "model.py:2"
 
 
@@ -92,6 +94,8 @@ def test_multi_part_run_with_data_in_another_part(tmp_path: Path) -> None:
         rec = make_record(Tensor("lin", "Linear", "parameter", "weight", arr))
         earlier = w.stored(rec.dtype, rec.shape, rec.hash or "")
         w.add(rec, None if earlier else arr, same_data_as=earlier)
+        for t in _tensors():
+            w.add(make_record(t), None)
     w.close()
     fast, slow = _both(_index(tmp_path / "d", "rank0/step1"))
     assert fast == slow and fast[0][0].data is not None and fast[0][0].data.get("part") == "rank0/step0"
@@ -140,7 +144,7 @@ def test_copy_of_another_index_is_not_used(tmp_path: Path) -> None:
 
 def _forge(index: Path, change: str) -> None:
     """A copy that matches the index's bytes but whose columns say something the JSON lines do not."""
-    b = ColumnBuilder()
+    b = ColumnBuilder(min_records=0)
     for line in index.read_text().splitlines():
         d = json.loads(line)
         if change == "dup" and d["index"] == 3:
@@ -169,7 +173,7 @@ def test_a_copy_that_fails_a_check_is_not_used(tmp_path: Path, change: str) -> N
 
 def test_older_dumps_without_a_copy_still_read(tmp_path: Path) -> None:
     """Version-1 and version-2 dumps written before the copy existed: the JSON lines, as before."""
-    write_run(tmp_path / "d", {(0, 0): _tensors(6), (0, 1): _tensors(6)})
+    write_run(tmp_path / "d", {(0, 0): _tensors(), (0, 1): _tensors()})
     want = {s: opdiff.load(tmp_path / "d", step=s).records for s in (0, 1)}
     for s in (0, 1):
         (tmp_path / "d" / f"rank0/step{s}" / COLS_FILE).unlink()
@@ -186,7 +190,7 @@ def test_a_cut_off_run_reads_its_lines(tmp_path: Path) -> None:
     index = _index(tmp_path / "d")
     index.write_bytes(index.read_bytes()[:-30])
     d = opdiff.load(tmp_path / "d")
-    assert len(d.records) == 11 and any("cut off" in p for p in d.problems)
+    assert len(d.records) == N - 1 and any("cut off" in p for p in d.problems)
 
 
 def test_a_line_the_copy_cannot_hold_writes_no_copy(tmp_path: Path) -> None:
@@ -196,6 +200,8 @@ def test_a_line_the_copy_cannot_hold_writes_no_copy(tmp_path: Path) -> None:
     rec = make_record(Tensor("m", "Linear", "output", "0", np.ones(3, dtype=np.float32)))
     rec.stats = Stats(numel=3, min=1.0, max=1.0, mean=1.0, std=0.0, norm=1.7, zeros=2**70)
     w.add(rec, None)
+    for t in _tensors():
+        w.add(make_record(t), None)
     w.close()
     assert not (_index(tmp_path / "d").parent / COLS_FILE).exists()
     assert opdiff.load(tmp_path / "d").records[0].stats.zeros == 2**70  # type: ignore[union-attr]
@@ -206,6 +212,7 @@ def test_compare_is_the_same_with_and_without_the_copy(tmp_path: Path) -> None:
     write_dump(tmp_path / "g", _tensors(), mode="tensor")
     target = _tensors()
     target[6].array = target[6].array * 1.01
+    target[1500].array = target[1500].array + 1
     write_dump(tmp_path / "t", target, mode="tensor")
     fast = compare(tmp_path / "g", tmp_path / "t", workers=1)
     for side in ("g", "t"):
@@ -213,3 +220,10 @@ def test_compare_is_the_same_with_and_without_the_copy(tmp_path: Path) -> None:
     slow = compare(tmp_path / "g", tmp_path / "t", workers=1)
     assert [(r.name, r.result, r.metrics) for r in fast.results] == [(r.name, r.result, r.metrics) for r in slow.results]
     assert fast.counts()["FAIL"] >= 1
+
+
+def test_a_short_part_gets_no_copy(tmp_path: Path) -> None:
+    """Fewer than MIN_RECORDS records: the writer only keeps its lines (no cost for a short capture)."""
+    write_dump(tmp_path / "d", _tensors(MIN_RECORDS - 1), mode="stats")
+    assert not (_index(tmp_path / "d").parent / COLS_FILE).exists()
+    assert len(opdiff.load(tmp_path / "d").records) == MIN_RECORDS - 1

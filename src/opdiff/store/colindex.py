@@ -30,6 +30,7 @@ COLS_FILE = "index.cols"
 MAGIC = b"OPDXCOL1"
 VERSION = 1
 MAX_HEADER = 1 << 20
+MIN_RECORDS = 2048  # a part with fewer records gets no copy: its JSON lines read in ~20 ms
 # text fields, in code-column order; None is code -1
 TEXTS = ("name", "node", "module", "op", "level", "direction", "role", "pos", "dtype", "hash", "source", "src",
          "file", "key", "part", "extra")
@@ -42,16 +43,24 @@ _W = 5  # integer columns per record
 _COUNTS = ("numel", "nan", "posinf", "neginf", "zeros")
 _FLOATS = ("min", "max", "mean", "std", "norm")
 _STAT_KEYS = frozenset(_COUNTS + _FLOATS)
+_INT, _FLOAT, _FLOAT_OR_NONE, _TEXT = frozenset({int}), frozenset({float}), frozenset({float, type(None)}), \
+    frozenset({str, type(None)})
+_NO_NULLS = (False,) * 5
 _CONTROL = re.compile(r"[\x01-\x1f\x7f]")  # \x00 separates the table's strings
 
 
 class ColumnBuilder:
     """Collects the index lines of one part as columns while they are written (a few hundred bytes per
-    record); `ok` turns False for good at the first line it cannot hold exactly, and no copy is written."""
+    record); `ok` turns False for good at the first line it cannot hold exactly, and no copy is written.
 
-    def __init__(self) -> None:
+    A part of fewer than `min_records` records gets no copy (its JSON lines read in milliseconds): until
+    then the lines are only kept as written, so a short capture pays nothing for the copy."""
+
+    def __init__(self, min_records: int = MIN_RECORDS) -> None:
         self.ok = True
         self.lines = 0
+        self.min_records = min_records
+        self._early: list[tuple[int, str]] | None = [] if min_records > 0 else None  # (line number, text)
         self.ints: list[int] = []  # index, call, line number (1-based), ndim, has statistics
         self.dims: list[int] = []
         self.counts: list[int] = []
@@ -64,46 +73,73 @@ class ColumnBuilder:
         """A line that is no tensor record (a call line): counted, read from the JSON lines."""
         self.lines += 1
 
-    def add(self, d: dict[str, Any]) -> None:
-        """One tensor record's line, as written."""
+    def add(self, d: dict[str, Any], text: str = "") -> None:
+        """One tensor record's line, as written (`text`: its JSON, kept instead while the part is short)."""
         self.lines += 1
-        if self.ok and not self._add(d):
-            self.ok = False
-            self.ints = self.dims = self.counts = self.codes = []
-            self.floats, self.nulls, self._table = [], [], {}
+        if not self.ok:
+            return
+        if self._early is not None and text:
+            self._early.append((self.lines, text))
+            if len(self._early) >= self.min_records:
+                self._catch_up()
+            return
+        if not self._add(d, self.lines):
+            self._give_up()
 
-    def _add(self, d: dict[str, Any]) -> bool:
+    def _catch_up(self) -> None:
+        """The part grew long: the kept lines become columns, and later lines go straight in."""
+        early, self._early = self._early or [], None
+        for lineno, text in early:
+            if not self._add(json.loads(text), lineno):
+                self._give_up()
+                return
+
+    def _give_up(self) -> None:
+        self.ok = False
+        self._early = None
+        self.ints, self.dims, self.counts, self.codes = [], [], [], []
+        self.floats, self.nulls, self._table = [], [], {}
+
+    def _add(self, d: dict[str, Any], lineno: int) -> bool:
+        """Type tests by C-level calls (map, set, tuple compares): the writer pays this per record."""
         if not _LINE_KEYS.issuperset(d):
             return False
         shape, stats, index, call = d.get("shape"), d.get("stats"), d.get("index"), d.get("call")
         if type(shape) is not list or type(index) is not int or type(call) is not int:
             return False
-        if any(type(s) is not int for s in shape) or (stats is not None and not self._stats(stats)):
+        if (shape and not _INT.issuperset(map(type, shape))) or (stats is not None and not self._stats(stats)):
             return False
         texts = _texts(d)
         if texts is None:
             return False
-        table = self._table
-        self.codes.extend(-1 if t is None else table.setdefault(t, len(table)) for t in texts)
-        self.ints += (index, call, self.lines, len(shape), stats is not None)
+        get = self._table.setdefault
+        self.codes += [-1 if t is None else get(t, len(self._table)) for t in texts]
+        self.ints += (index, call, lineno, len(shape), stats is not None)
         self.dims += shape
         return True
 
     def _stats(self, s: Any) -> bool:
         if type(s) is not dict or s.keys() != _STAT_KEYS:
             return False
-        counts: list[int] = [s[k] for k in _COUNTS]
-        floats: list[float | None] = [s[k] for k in _FLOATS]
-        if any(type(c) is not int for c in counts) or any(f is not None and type(f) is not float for f in floats):
+        counts = (s["numel"], s["nan"], s["posinf"], s["neginf"], s["zeros"])
+        floats = (s["min"], s["max"], s["mean"], s["std"], s["norm"])
+        if not _INT.issuperset(map(type, counts)):
             return False
-        self.counts.extend(counts)
-        self.floats.extend(0.0 if f is None else f for f in floats)
-        self.nulls.extend(f is None for f in floats)
+        if _FLOAT.issuperset(map(type, floats)):
+            self.floats += floats
+            self.nulls += _NO_NULLS
+        elif _FLOAT_OR_NONE.issuperset(map(type, floats)):
+            self.floats += [0.0 if f is None else f for f in floats]
+            self.nulls += [f is None for f in floats]
+        else:
+            return False
+        self.counts += counts
         return True
 
     def write(self, path: Path, index_path: Path) -> None:
-        """Write the copy next to the finished index (temp file, then rename); nothing when a line did not fit."""
-        if not self.ok:
+        """Write the copy next to the finished index (temp file, then rename); nothing when a line did not fit
+        or the part is short."""
+        if not self.ok or self._early is not None:
             return
         try:
             arrays = self._arrays()
@@ -147,9 +183,10 @@ def _texts(d: dict[str, Any]) -> list[str | None] | None:
         return None
     if extra is not None and type(extra) is not dict:
         return None
-    out = [d.get(k) for k in TEXTS[:12]]
-    out += [None, None, None] if data is None else [data["file"], data["key"], data.get("part")]
-    if any(t is not None and type(t) is not str for t in out):
+    out = [d.get("name"), d.get("node"), d.get("module"), d.get("op"), d.get("level"), d.get("direction"),
+           d.get("role"), d.get("pos"), d.get("dtype"), d.get("hash"), d.get("source"), d.get("src")]
+    out += (None, None, None) if data is None else (data["file"], data["key"], data.get("part"))
+    if not _TEXT.issuperset(map(type, out)):
         return None
     try:
         out.append(None if extra is None else json.dumps(extra, separators=(",", ":"), allow_nan=True))

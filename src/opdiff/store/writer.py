@@ -129,9 +129,10 @@ class _PartWriter:
             if isinstance(arr, Record) and arr.data is not None:
                 rec.data = dict(arr.data)
             d = self._line(rec)
-            lines.append(json.dumps(d, separators=(",", ":")) + "\n")
+            text = json.dumps(d, separators=(",", ":"))
+            lines.append(text + "\n")
             if cols is not None:
-                cols.add(d)
+                cols.add(d, text)
         self.index.write("".join(lines))
         self.index.flush()
 
