@@ -29,6 +29,7 @@ from ..base.errors import DumpError
 from ..base.outdir import claim_dir
 from ..base.record import Record
 from ..base.version import __version__
+from .colindex import COLS_FILE, ColumnBuilder
 from .format import (
     DTYPES,
     FORMAT_NAME,
@@ -96,7 +97,10 @@ class _PartWriter:
         self.part = part_dir(rank, step)
         self.dir = root / self.part
         (self.dir / SHARD_DIR).mkdir(parents=True, exist_ok=True)
+        (self.dir / COLS_FILE).unlink(missing_ok=True)  # a copy of what the index held before, if anything
         self.index = open(self.dir / INDEX_FILE, "a", encoding="utf-8")
+        # the columnar copy (store/colindex.py), for an index this writer writes from its first line
+        self.columns = ColumnBuilder() if self.index.tell() == 0 else None
         self.n_shards = 0
 
     def flush(self, batch: list[tuple[Record | dict[str, Any], np.ndarray | Record | None]]) -> None:
@@ -115,13 +119,20 @@ class _PartWriter:
                 r.data = {"file": rel, "key": r.name, "part": self.part}
             write_safetensors(self.dir / rel, [(r.name, r.dtype, arr) for r, arr in items])
         lines = []
+        cols = self.columns
         for rec, arr in batch:
             if isinstance(rec, dict):
                 lines.append(json.dumps(rec, separators=(",", ":")) + "\n")
+                if cols is not None:
+                    cols.skip()
                 continue
             if isinstance(arr, Record) and arr.data is not None:
                 rec.data = dict(arr.data)
-            lines.append(json.dumps(self._line(rec), separators=(",", ":")) + "\n")
+            d = self._line(rec)
+            text = json.dumps(d, separators=(",", ":"))
+            lines.append(text + "\n")
+            if cols is not None:
+                cols.add(d, text)
         self.index.write("".join(lines))
         self.index.flush()
 
@@ -135,6 +146,12 @@ class _PartWriter:
 
     def close(self) -> None:
         self.index.close()
+        if self.columns is not None:
+            try:
+                self.columns.write(self.dir / COLS_FILE, self.dir / INDEX_FILE)
+            except OSError:  # an optional copy: the JSON lines are the index
+                (self.dir / (COLS_FILE + ".tmp")).unlink(missing_ok=True)
+            self.columns = None
 
 
 class DumpWriter:
