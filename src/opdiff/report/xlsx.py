@@ -14,12 +14,12 @@ import os
 import re
 import zipfile
 from collections.abc import Iterator
-from itertools import islice
 from typing import Any
 
 from ..base.vocab import FAIL, PASS, WARNING
 from ..compare.run import Comparison
-from .table import all_results, table_columns, table_value_rows
+from .blocks import Column, blocks
+from .table import all_results, table_columns
 
 FILLS = {PASS: "C6EFCE", WARNING: "FFEB9C", FAIL: "FFC7CE"}  # Excel's good / neutral / bad fills
 MAX_ROWS = 1 << 20  # Excel's sheet limit, header included: the CSV and JSON reports hold every row
@@ -93,29 +93,65 @@ def _text(v: str) -> str:
     return v
 
 
-def _cell(ref: str, v: Any, s: str) -> str:
-    """One <c> element; non-finite numbers are text ("nan", "inf"), as the CSV writes them."""
+def _body(v: Any) -> str:
+    """A cell after its `<c` and style: `/>` when empty, else its type, value and `</c>`. Non-finite numbers
+    are text ("nan", "inf"), as the CSV writes them."""
     if type(v) is float and v - v == 0.0:  # most cells: a finite metric
-        return f'<c r="{ref}"{s}><v>{v!r}</v></c>'
+        return f"><v>{v!r}</v></c>"
     if isinstance(v, bool):
-        return f'<c r="{ref}"{s} t="b"><v>{int(v)}</v></c>'
+        return f' t="b"><v>{int(v)}</v></c>'
     if isinstance(v, int):
-        return f'<c r="{ref}"{s}><v>{v}</v></c>'
+        return f"><v>{v}</v></c>"
     if isinstance(v, float):
         if math.isfinite(v):
-            return f'<c r="{ref}"{s}><v>{v!r}</v></c>'
+            return f"><v>{v!r}</v></c>"
         v = repr(v)
     elif not isinstance(v, str):
         v = str(v)
     if v == "":
-        return f'<c r="{ref}"{s}/>' if s else ""
+        return "/>"
     space = ' xml:space="preserve"' if v[0].isspace() or v[-1].isspace() else ""
-    return f'<c r="{ref}"{s} t="inlineStr"><is><t{space}>{_text(v)}</t></is></c>'
+    return f' t="inlineStr"><is><t{space}>{_text(v)}</t></is></c>'
+
+
+def _cell(ref: str, v: Any, s: str) -> str:
+    """One <c> element with its reference (the header row)."""
+    return f'<c r="{ref}"{s}{_body(v)}'
+
+
+def _payload(c: Column) -> tuple[str, list[str] | None]:
+    """How a block's column goes into the row template: (its piece after `<c` and the style, the texts that
+    fill it). Numbers and plain texts (no escape, space kept or shortening needed; checked once over the
+    joined column) go in as they are; other columns as whole cells after `<c s=".."` (`_body`)."""
+    if c.special is None:
+        return "><v>%s</v></c>", c.texts
+    if len(c.special) == len(c.values):
+        if not any(c.values):  # a column of empty texts (Err_message, Note): empty cells
+            return "/>", None
+        if _plain_texts(c.values):
+            return ' t="inlineStr"><is><t>%s</t></is></c>', c.values
+    return "%s", [_body(v) for v in c.values]
+
+
+def _plain_texts(values: list[Any]) -> bool:
+    """Whether every value is a non-empty ASCII string written as it is (no markup, control character or
+    space at either end, not too long for a cell)."""
+    if not set(map(type, values)) <= {str} or "" in values:
+        return False
+    joined = "\x00".join(values)
+    return joined.isascii() and joined.count("\x00") == len(values) - 1 and not _PLAIN_NOT.search(joined) and \
+        "\x00 " not in joined and " \x00" not in joined and joined[:1] != " " and joined[-1:] != " " and \
+        max(map(len, values)) <= MAX_TEXT
+
+
+_PLAIN_NOT = re.compile("[&<>\x01-\x1f]")  # ASCII that makes a text more than <t>text</t> (\t \n \r: maybe a space)
+_CELL = {st: f'<c s="{st}"' if st else "<c" for st in _STYLE.values()}  # a cell's start in a row of each style
 
 
 def _sheet(cmp: Comparison, cols: list[str], last: str, nrows: int) -> Iterator[str]:
     """The worksheet XML in pieces: its extent (read-only readers take the row count from it), frozen
-    header, column widths, one <row> per pair, the filter."""
+    header, column widths, one <row> per pair (cells in column order without references, which ECMA-376
+    makes optional: unique "B123" references were a third of the bytes to deflate), the filter."""
     yield ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
            '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
            f'<dimension ref="A1:{last}"/><sheetViews><sheetView tabSelected="1" workbookViewId="0"><pane ySplit="1" topLeftCell="A2" '
@@ -124,40 +160,20 @@ def _sheet(cmp: Comparison, cols: list[str], last: str, nrows: int) -> Iterator[
     for j, c in enumerate(cols):
         w = 48 if "Name" in c or c in ("Err_message", "Note") else max(10, min(24, len(c) + 2))
         yield f'<col min="{j + 1}" max="{j + 1}" width="{w + 0.7109375}" customWidth="1"/>'
-    letters = [col_letter(j) for j in range(len(cols))]
     yield '</cols><sheetData><row r="1">'
-    yield "".join(_cell(f"{a}1", c, ' s="1"') for a, c in zip(letters, cols))
+    yield "".join(_cell(f"{col_letter(j)}1", c, ' s="1"') for j, c in enumerate(cols))
     yield "</row>"
-    repeats = [c not in _UNIQUE for c in cols]  # columns whose texts repeat from row to row
-    texts: dict[str, str] = {}  # a repeating text -> its cell after the reference and style
-    for i, (r, values) in enumerate(islice(table_value_rows(cmp, cols), nrows - 1), start=2):
-        st = _STYLE.get(r.result, 0)
-        s = f' s="{st}"' if st else ""
-        yield f'<row r="{i}">' + "".join(_cells(i, s, letters, values, repeats, texts)) + "</row>"
+    left, i = nrows - 1, 2
+    for b in blocks(cmp, cols):
+        if left <= 0:
+            break
+        n = min(left, len(b.results))
+        pieces, texts = zip(*[_payload(c) for c in b.columns])
+        fills = [t for t in texts if t is not None]
+        rows = {st: '<row r="%d">' + "".join(cell + p for p in pieces) + "</row>" for st, cell in _CELL.items()}
+        yield "".join([rows[_STYLE.get(r.result, 0)] % row for r, row in zip(b.results[:n], zip(range(i, i + n), *fills))])
+        left, i = left - n, i + n
     yield f'</sheetData><autoFilter ref="A1:{last}"/></worksheet>'
-
-
-_UNIQUE = frozenset({"Golden Name", "Target Name", "Err_message", "Note"})  # texts not worth remembering
-
-
-def _cells(i: int, s: str, letters: list[str], values: list[Any], repeats: list[bool],
-           texts: dict[str, str]) -> list[str]:
-    """One row's cells, each as _cell writes it: finite numbers inline and repeating texts escaped once
-    (a call and an escape per cell were most of the cost)."""
-    out = []
-    for a, v, rep in zip(letters, values, repeats):
-        kind = type(v)
-        if kind is int or (kind is float and v - v == 0.0):
-            out.append(f'<c r="{a}{i}"{s}><v>{v!r}</v></c>')
-        elif kind is str and rep and v and (tail := texts.get(v)) is not None:
-            out.append(f'<c r="{a}{i}"{s}{tail}')
-        else:
-            head = f'<c r="{a}{i}"{s}'
-            cell = _cell(f"{a}{i}", v, s)
-            if kind is str and rep and v and len(texts) < 1 << 16:
-                texts[v] = cell[len(head):]
-            out.append(cell)
-    return out
 
 
 def write_xlsx(cmp: Comparison, path: str | os.PathLike[str]) -> None:
