@@ -14,7 +14,7 @@ import os
 import re
 
 from ..compare.run import Comparison
-from .blocks import Column, blocks
+from .blocks import Block, Column, blocks
 from .table import table_columns
 
 _QUOTE = re.compile(r'[,"\r\n]')  # what makes csv.writer quote a field (QUOTE_MINIMAL)
@@ -32,15 +32,31 @@ def _cells(c: Column) -> list[str]:
     return _quoted(c.texts)
 
 
+class CsvSink:
+    """The CSV report written as blocks of rows arrive (blocks.py): header first, then each block's lines."""
+
+    def __init__(self, path: str | os.PathLike[str], cols: list[str], total: int = 0) -> None:
+        self.f = open(path, "w", newline="", encoding="utf-8", buffering=1 << 20)
+        head = io.StringIO(newline="")
+        csv.writer(head).writerow(cols)
+        self.f.write(head.getvalue())
+
+    def add(self, b: Block) -> None:
+        if b.results:
+            self.f.write("\r\n".join(map(",".join, zip(*[_cells(c) for c in b.columns]))) + "\r\n")
+
+    def close(self) -> None:
+        self.f.close()
+
+
 def write_csv(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     """Write the comparison table as CSV (UTF-8, header row first; every step, with Rank and Step columns
     when the comparison covers more than one). Cells are str() of the values (floats in their shortest
     round-trip text, nan, inf, -inf; N/A metrics "N/A")."""
     cols = table_columns(cmp)
-    with open(path, "w", newline="", encoding="utf-8", buffering=1 << 20) as f:
-        head = io.StringIO(newline="")
-        csv.writer(head).writerow(cols)
-        f.write(head.getvalue())
+    sink = CsvSink(path, cols)
+    try:
         for b in blocks(cmp, cols):
-            f.write("\r\n".join(map(",".join, zip(*[_cells(c) for c in b.columns]))))
-            f.write("\r\n")
+            sink.add(b)
+    finally:
+        sink.close()

@@ -13,12 +13,11 @@ import math
 import os
 import re
 import zipfile
-from collections.abc import Iterator
 from typing import Any
 
 from ..base.vocab import FAIL, PASS, WARNING
 from ..compare.run import Comparison
-from .blocks import Column, blocks
+from .blocks import Block, Column, blocks
 from .table import all_results, table_columns
 
 FILLS = {PASS: "C6EFCE", WARNING: "FFEB9C", FAIL: "FFC7CE"}  # Excel's good / neutral / bad fills
@@ -33,7 +32,7 @@ _CONTENT_TYPES = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
 <Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>\
 <Default Extension="xml" ContentType="application/xml"/>\
 <Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>\
-<Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>\
+{sheets}\
 <Override PartName="/xl/styles.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"/>\
 </Types>"""
 _RELS = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
@@ -42,16 +41,16 @@ _RELS = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
 Target="xl/workbook.xml"/></Relationships>"""
 _WORKBOOK_RELS = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
 <Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">\
-<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" \
-Target="worksheets/sheet1.xml"/>\
-<Relationship Id="rId2" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/styles" \
-Target="styles.xml"/></Relationships>"""
+<Relationship Id="rId0" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/styles" \
+Target="styles.xml"/>{sheets}</Relationships>"""
 _WORKBOOK = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
 <workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" \
 xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">\
-<sheets><sheet name="compare" sheetId="1" r:id="rId1"/></sheets>\
-<definedNames><definedName name="_xlnm._FilterDatabase" localSheetId="0" hidden="1">compare!{ref}</definedName>\
-</definedNames></workbook>"""
+<sheets>{sheets}</sheets><definedNames>{filters}</definedNames></workbook>"""
+_SHEET_TYPE = ('<Override PartName="/xl/worksheets/sheet{k}.xml" '
+               'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>')
+_SHEET_REL = ('<Relationship Id="rId{k}" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/'
+              'worksheet" Target="worksheets/sheet{k}.xml"/>')
 
 
 def _styles() -> str:
@@ -148,47 +147,105 @@ _PLAIN_NOT = re.compile("[&<>\x01-\x1f]")  # ASCII that makes a text more than <
 _CELL = {st: f'<c s="{st}"' if st else "<c" for st in _STYLE.values()}  # a cell's start in a row of each style
 
 
-def _sheet(cmp: Comparison, cols: list[str], last: str, nrows: int) -> Iterator[str]:
-    """The worksheet XML in pieces: its extent (read-only readers take the row count from it), frozen
-    header, column widths, one <row> per pair (cells in column order without references, which ECMA-376
-    makes optional: unique "B123" references were a third of the bytes to deflate), the filter."""
-    yield ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
-           '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
-           f'<dimension ref="A1:{last}"/><sheetViews><sheetView tabSelected="1" workbookViewId="0"><pane ySplit="1" topLeftCell="A2" '
-           'activePane="bottomLeft" state="frozen"/><selection pane="bottomLeft" activeCell="A2" sqref="A2"/>'
-           '</sheetView></sheetViews><sheetFormatPr defaultRowHeight="15"/><cols>')
-    for j, c in enumerate(cols):
-        w = 48 if "Name" in c or c in ("Err_message", "Note") else max(10, min(24, len(c) + 2))
-        yield f'<col min="{j + 1}" max="{j + 1}" width="{w + 0.7109375}" customWidth="1"/>'
-    yield '</cols><sheetData><row r="1">'
-    yield "".join(_cell(f"{col_letter(j)}1", c, ' s="1"') for j, c in enumerate(cols))
-    yield "</row>"
-    left, i = nrows - 1, 2
-    for b in blocks(cmp, cols):
-        if left <= 0:
-            break
-        n = min(left, len(b.results))
+def sheet_name(k: int) -> str:
+    """The name of the k-th sheet (0-based): "compare", then "compare 2", "compare 3" ... past Excel's rows."""
+    return "compare" if k == 0 else f"compare {k + 1}"
+
+
+class XlsxSink:
+    """The XLSX report written as blocks of rows arrive (blocks.py): a zip of SpreadsheetML parts, the sheet
+    deflated as it is written, memory constant whatever the table size. Past `rows_per_sheet` rows (Excel's
+    limit: 1,048,575 below the header) the table goes on in sheet "compare 2", "compare 3" ..., each with
+    the header, frozen and filtered: every row is in the workbook."""
+
+    def __init__(self, path: str | os.PathLike[str], cols: list[str], total: int,
+                 rows_per_sheet: int = MAX_ROWS - 1) -> None:
+        self.cols, self.per = cols, rows_per_sheet
+        self.counts = [min(rows_per_sheet, total - k) for k in range(0, total, rows_per_sheet)] or [0]
+        self.letter = col_letter(len(cols) - 1)
+        self.zf = zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1)
+        self.out: io.TextIOWrapper | None = None
+        self.k, self.row, self.left = -1, 0, 0
+        self._parts()
+        self._next_sheet()
+
+    def _parts(self) -> None:
+        ks = range(1, len(self.counts) + 1)
+        self.zf.writestr("[Content_Types].xml", _CONTENT_TYPES.format(sheets="".join(_SHEET_TYPE.format(k=k) for k in ks)))
+        self.zf.writestr("_rels/.rels", _RELS)
+        sheets = "".join(f'<sheet name="{sheet_name(k - 1)}" sheetId="{k}" r:id="rId{k}"/>' for k in ks)
+        filters = "".join(f'<definedName name="_xlnm._FilterDatabase" localSheetId="{k - 1}" hidden="1">'
+                          f"'{sheet_name(k - 1)}'!$A$1:${self.letter}${n + 1}</definedName>"
+                          for k, n in zip(ks, self.counts))
+        self.zf.writestr("xl/workbook.xml", _WORKBOOK.format(sheets=sheets, filters=filters))
+        self.zf.writestr("xl/_rels/workbook.xml.rels", _WORKBOOK_RELS.format(sheets="".join(_SHEET_REL.format(k=k) for k in ks)))
+        self.zf.writestr("xl/styles.xml", _styles())
+
+    def _next_sheet(self) -> None:
+        self._end_sheet()
+        self.k += 1
+        n = self.counts[self.k]
+        raw = self.zf.open(f"xl/worksheets/sheet{self.k + 1}.xml", "w", force_zip64=True)
+        self.out = io.TextIOWrapper(raw, encoding="utf-8", write_through=False)
+        self.out.write(_sheet_head(self.cols, f"{self.letter}{n + 1}", selected=self.k == 0))
+        self.row, self.left = 2, n
+
+    def _end_sheet(self) -> None:
+        if self.out is not None:
+            self.out.write(f'</sheetData><autoFilter ref="A1:{self.letter}{self.row - 1}"/></worksheet>')
+            self.out.close()
+            self.out = None
+
+    def add(self, b: Block) -> None:
+        """The block's rows, each cell by its column's piece of a row template (one per result fill)."""
         pieces, texts = zip(*[_payload(c) for c in b.columns])
         fills = [t for t in texts if t is not None]
         rows = {st: '<row r="%d">' + "".join(cell + p for p in pieces) + "</row>" for st, cell in _CELL.items()}
-        yield "".join([rows[_STYLE.get(r.result, 0)] % row for r, row in zip(b.results[:n], zip(range(i, i + n), *fills))])
-        left, i = left - n, i + n
-    yield f'</sheetData><autoFilter ref="A1:{last}"/></worksheet>'
+        start, size = 0, len(b.results)
+        while start < size:
+            if self.left == 0:
+                self._next_sheet()
+            n = min(self.left, size - start)
+            assert self.out is not None
+            part = zip(range(self.row, self.row + n), *[f[start:start + n] for f in fills]) if start or n < size \
+                else zip(range(self.row, self.row + n), *fills)
+            self.out.write("".join([rows[_STYLE.get(r.result, 0)] % row for r, row in zip(b.results[start:start + n], part)]))
+            start, self.row, self.left = start + n, self.row + n, self.left - n
+
+    def close(self) -> None:
+        while self.k < len(self.counts) - 1:  # fewer rows came than announced: the sheets stay well-formed
+            self._next_sheet()
+        self._end_sheet()
+        self.zf.close()
+
+
+def _sheet_head(cols: list[str], last: str, selected: bool) -> str:
+    """A worksheet up to its first data row: its extent (read-only readers take the row count from it), frozen
+    header, column widths, the header row. Data rows follow with cells in column order without references,
+    which ECMA-376 makes optional (unique "B123" references were a third of the bytes to deflate)."""
+    widths = "".join(f'<col min="{j + 1}" max="{j + 1}" width="{_width(c) + 0.7109375}" customWidth="1"/>'
+                     for j, c in enumerate(cols))
+    header = "".join(_cell(f"{col_letter(j)}1", c, ' s="1"') for j, c in enumerate(cols))
+    tab = ' tabSelected="1"' if selected else ""
+    return ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+            '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+            f'<dimension ref="A1:{last}"/><sheetViews><sheetView{tab} '
+            'workbookViewId="0"><pane ySplit="1" topLeftCell="A2" activePane="bottomLeft" state="frozen"/>'
+            '<selection pane="bottomLeft" activeCell="A2" sqref="A2"/></sheetView></sheetViews>'
+            f'<sheetFormatPr defaultRowHeight="15"/><cols>{widths}</cols><sheetData><row r="1">{header}</row>')
+
+
+def _width(c: str) -> int:
+    return 48 if "Name" in c or c in ("Err_message", "Note") else max(10, min(24, len(c) + 2))
 
 
 def write_xlsx(cmp: Comparison, path: str | os.PathLike[str]) -> None:
-    """Write the comparison table as one sheet "compare" (at most MAX_ROWS rows, Excel's limit; every step,
-    with Rank and Step columns when the comparison covers more than one)."""
+    """Write the comparison table as sheet "compare" (every step, with Rank and Step columns when the
+    comparison covers more than one; past Excel's 1,048,576 rows, sheets "compare 2" ...: XlsxSink)."""
     cols = table_columns(cmp)
-    nrows = min(len(all_results(cmp)) + 1, MAX_ROWS)
-    last = f"{col_letter(len(cols) - 1)}{nrows}"
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        zf.writestr("[Content_Types].xml", _CONTENT_TYPES)
-        zf.writestr("_rels/.rels", _RELS)
-        zf.writestr("xl/workbook.xml", _WORKBOOK.format(ref=f"$A$1:${last.rstrip('0123456789')}${nrows}"))
-        zf.writestr("xl/_rels/workbook.xml.rels", _WORKBOOK_RELS)
-        zf.writestr("xl/styles.xml", _styles())
-        with zf.open("xl/worksheets/sheet1.xml", "w", force_zip64=True) as raw, \
-                io.TextIOWrapper(raw, encoding="utf-8", write_through=False) as out:
-            for piece in _sheet(cmp, cols, last, nrows):
-                out.write(piece)
+    sink = XlsxSink(path, cols, len(all_results(cmp)))
+    try:
+        for b in blocks(cmp, cols):
+            sink.add(b)
+    finally:
+        sink.close()
