@@ -45,6 +45,11 @@ def _dump(d: Dump) -> dict[str, Any]:
 def pair_json(r: PairResult) -> dict[str, Any]:
     """One pair of the "pairs" array."""
     metrics, nonfinite = split_nonfinite(M.columns(r.metrics))
+    return _pair_doc(r, metrics, nonfinite)
+
+
+def _pair_doc(r: PairResult, metrics: Any, nonfinite: dict[str, str]) -> dict[str, Any]:
+    """A pair's object around its metrics (a dict, or JSON text already encoded) and their non-finite names."""
     return {
         "index": r.index,
         "golden": _record(r.golden),
@@ -140,34 +145,26 @@ def _fast_lines(cmp: Comparison) -> Iterator[bytes]:
     frag, dumps_ = orjson.Fragment, orjson.dumps
     for (rank, step), c in parts(cmp):
         for r in c.results:
-            m = r.metrics
-            keys = tuple(m)
-            cols = names.get(keys) or names.setdefault(keys, tuple(M.column(k) for k in keys))
-            metrics: Any = dict(zip(cols, m.values()))
-            nonfinite: dict[str, str] = {}
-            text = dumps_(metrics, default=_default)
-            if b"null" in text:  # N/A or non-finite: the sibling says which
-                metrics, nonfinite = split_nonfinite(metrics)
-            else:
-                metrics = frag(text)
-            g, t = r.golden, r.target
-            doc = {
-                "index": r.index,
-                "golden": _record(g),
-                "target": _record(t),
-                "match": r.match,
-                "status": r.status,
-                "mode": r.mode,
-                "result": r.result,
-                "accuracy_reached": ACCURACY_REACHED.get(r.result, "") or None,
-                "bitwise_equal": r.bitwise_equal,
-                "precision": r.precision or None,
-                "metrics": metrics,
-                **({"metrics_nonfinite": nonfinite} if nonfinite else {}),
-                "err_message": r.err_message,
-                "note": r.note,
-                "golden_group": [x.name for x in r.golden_group],
-            }
-            if cmp.other_steps:
-                doc = {"rank": rank, "step": step, **doc}
-            yield dumps_(doc, default=_default) + b"\n"
+            try:
+                yield _fast_line(r, names, frag, dumps_, (rank, step) if cmp.other_steps else None)
+            except TypeError:  # what orjson refuses (an int past 64 bits): the standard encoder's line
+                doc = pair_json(r)
+                yield (compact({"rank": rank, "step": step, **doc} if cmp.other_steps else doc) + "\n").encode()
+
+
+def _fast_line(r: PairResult, names: dict[tuple[str, ...], tuple[str, ...]], frag: Any, dumps_: Any,
+               at: tuple[int, int] | None) -> bytes:
+    m = r.metrics
+    keys = tuple(m)
+    cols = names.get(keys) or names.setdefault(keys, tuple(M.column(k) for k in keys))
+    metrics: Any = dict(zip(cols, m.values()))
+    nonfinite: dict[str, str] = {}
+    text = dumps_(metrics, default=_default)
+    if b"null" in text:  # N/A or non-finite: the sibling says which
+        metrics, nonfinite = split_nonfinite(metrics)
+    else:
+        metrics = frag(text)
+    doc = _pair_doc(r, metrics, nonfinite)
+    if at is not None:
+        doc = {"rank": at[0], "step": at[1], **doc}
+    return dumps_(doc, default=_default) + b"\n"

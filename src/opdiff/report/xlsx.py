@@ -97,6 +97,8 @@ def _body(v: Any) -> str:
     are text ("nan", "inf"), as the CSV writes them."""
     if type(v) is float and v - v == 0.0:  # most cells: a finite metric
         return f"><v>{v!r}</v></c>"
+    if hasattr(v, "item") and not isinstance(v, str):  # a numpy scalar: the Python number it equals
+        v = v.item()
     if isinstance(v, bool):
         return f' t="b"><v>{int(v)}</v></c>'
     if isinstance(v, int):
