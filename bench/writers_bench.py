@@ -1,6 +1,7 @@
 """Each report writer of a comparison alone (issue 23: the default outputs <= 8 us per row together, memory of
 writing flat in the number of rows): CPU per row, best of --repeat, and the peak of Python allocations while
-writing (tracemalloc, a separate pass).
+writing (tracemalloc, a separate pass), then all of them through report.write_many (one pass over the rows for
+CSV and XLSX) where the tree has it.
 
     PYTHONPATH=src .venv/bin/python bench/writers_bench.py [--records 100000] [--formats csv,xlsx,json]
                                                           [--repeat 3] [--out /tmp/opdiff-writers] [--reuse] [--keep]
@@ -74,7 +75,12 @@ def main() -> None:
                 prof = cProfile.Profile()
                 prof.runcall(w, cmp, path)
                 pstats.Stats(prof).sort_stats("tottime").print_stats(15)
-        print(f"all together: {total:.2f} s CPU = {total / rows * 1e6:.2f} us/row")
+        print(f"each alone, summed: {total:.2f} s CPU = {total / rows * 1e6:.2f} us/row")
+        if hasattr(report, "write_many"):  # the compare command's way: CSV and XLSX in one pass over the rows
+            outs = [(f, a.out / f"many.{f.replace('-', '.')}") for f in a.formats.split(",")]
+            best = min(cpu(lambda: report.write_many(cmp, outs)) for _ in range(a.repeat))
+            print(f"report.write_many({a.formats}): best of {a.repeat} {best:.2f} s CPU = {best / rows * 1e6:.2f} "
+                  f"us/row (load {os.getloadavg()[0]:.1f})")
     finally:
         if not a.keep:
             shutil.rmtree(a.out, ignore_errors=True)

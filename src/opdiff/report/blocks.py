@@ -46,13 +46,23 @@ def _fixed(r: PairResult, shapes: dict[tuple[int, ...], str]) -> tuple[Any, ...]
     g, t = r.golden, r.target
     rec = t or g
     assert rec is not None
-    gs = "" if g is None else shapes.get(g.shape) or shapes.setdefault(g.shape, shape_text(g.shape))
-    ts = "" if t is None else shapes.get(t.shape) or shapes.setdefault(t.shape, shape_text(t.shape))
+    gs = "" if g is None else _shape(shapes, g.shape)
+    ts = "" if t is None else _shape(shapes, t.shape)
     bw = r.bitwise_equal
     return (r.index, g.name if g else "", t.name if t else "", rec.op, rec.module, rec.direction, rec.role, rec.pos,
             g.dtype if g else "", t.dtype if t else "", r.precision, gs, ts, r.match, r.status, r.mode,
             "" if bw is None else ("Yes" if bw else "No"), r.result, ACCURACY_REACHED.get(r.result, ""),
             r.err_message, r.note)
+
+
+def _shape(shapes: dict[tuple[int, ...], str], shape: tuple[int, ...]) -> str:
+    """shape_text, remembered for the next record of that shape (a shape given as a list is not remembered)."""
+    if type(shape) is not tuple:
+        return shape_text(shape)
+    text = shapes.get(shape)
+    if text is None:
+        text = shapes[shape] = shape_text(shape)
+    return text
 
 
 def _cell_text(v: Any) -> str:

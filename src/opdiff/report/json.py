@@ -154,6 +154,7 @@ def _fast_lines(cmp: Comparison) -> Iterator[bytes]:
 
 def _fast_line(r: PairResult, names: dict[tuple[str, ...], tuple[str, ...]], frag: Any, dumps_: Any,
                at: tuple[int, int] | None) -> bytes:
+    """One pair's line: pair_json's object with its metrics encoded first (a Fragment when none is null)."""
     m = r.metrics
     keys = tuple(m)
     cols = names.get(keys) or names.setdefault(keys, tuple(M.column(k) for k in keys))
@@ -167,4 +168,5 @@ def _fast_line(r: PairResult, names: dict[tuple[str, ...], tuple[str, ...]], fra
     doc = _pair_doc(r, metrics, nonfinite)
     if at is not None:
         doc = {"rank": at[0], "step": at[1], **doc}
-    return dumps_(doc, default=_default) + b"\n"
+    line: bytes = dumps_(doc, default=_default)
+    return line + b"\n"

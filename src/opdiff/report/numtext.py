@@ -14,10 +14,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+orjson: Any  # the module, or None where it is not installed (tests set None to take the standard path)
 try:
     import orjson
 except ImportError:  # pragma: no cover - orjson is a dependency; the standard encoder is the same text
     orjson = None
+
+__all__ = ["number_texts", "orjson"]
 
 _STD = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _NUMBER_BYTES = b"0123456789.-+e,[]"  # all a JSON list of finite numbers is made of
