@@ -187,3 +187,53 @@ def test_memory_of_writing_does_not_grow_with_the_rows(cmp, tmp_path):
 
     small, big = peak(cmp), peak(replace(cmp, results=cmp.results * 3))
     assert big < small * 1.5 + 2_000_000, (small, big)
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("cannot print this metric")
+
+
+def test_write_many_failing_midway_leaves_the_old_files_and_no_temporary(cmp, tmp_path):
+    """A value no writer can print in the second block: the CSV and XLSX written so far are dropped with
+    their temporaries, the files of an earlier run stay as they were."""
+    outs = [(f, tmp_path / f"c.{f}") for f in ("csv", "xlsx")]
+    for _, p in outs:
+        p.write_text("earlier run")
+    bad = list(cmp.results)
+    bad[2300] = replace(bad[2300], metrics={**bad[2300].metrics, M.COSINE: _Unprintable()})
+    with pytest.raises(RuntimeError, match="cannot print"):
+        report.write_many(replace(cmp, results=bad), outs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "c.xlsx"]
+    assert all(p.read_text() == "earlier run" for _, p in outs)
+
+
+def test_msprobe_xlsx_holds_the_msprobe_csvs_table(cmp, tmp_path):
+    """msprobe's table written directly (no xlsxwriter): every cell of the XLSX is the CSV's cell, numbers
+    exactly (17 digits, where xlsxwriter kept 16), nan and inf as the error formulas xlsxwriter wrote."""
+    from opdiff.report.msprobe import msprobe_table
+
+    m = [dict(r.metrics) for r in cmp.results[:12]]
+    m[0][M.MAX_ABS_ERR], m[1][M.MAX_ABS_ERR], m[2][M.MAX_ABS_ERR] = float("nan"), float("inf"), -float("inf")
+    small = replace(cmp, results=[replace(r, metrics=x) for r, x in zip(cmp.results, m)])
+    report.write(small, "msprobe-csv", tmp_path / "m.csv")
+    report.write(small, "msprobe-xlsx", tmp_path / "m.xlsx")
+    with open(tmp_path / "m.csv", newline="", encoding="utf-8") as f:
+        text = list(csv.reader(f))
+    header, rows = msprobe_table(small)
+    ws = openpyxl.load_workbook(tmp_path / "m.xlsx").active
+    assert ws.title == "Sheet1"
+    cells = list(ws.iter_rows(values_only=True))
+    assert list(cells[0]) == text[0] == header and len(cells) == len(text) == 13
+    for got, want, row in zip(cells[1:], text[1:], rows):
+        for g, w, c in zip(got, want, header):
+            v = row[c]
+            if isinstance(v, float) and not math.isfinite(v):
+                assert g == ("=#NUM!" if math.isnan(v) else "=1/0" if v > 0 else "=-1/0"), (c, g)
+            elif isinstance(v, bool):
+                assert g is v
+            elif isinstance(v, (int, float)):
+                assert g == v and str(g) == w, (c, g, w)
+            else:
+                assert g == (None if w == "" else w), (c, g, w)
+    assert any(isinstance(v, float) and not math.isfinite(v) for r in rows for v in r.values())
