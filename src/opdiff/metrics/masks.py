@@ -28,6 +28,11 @@ RANGE: dict[str, float] = {
 FILL = 0.5  # |x| beyond this share of the dtype's range is a mask fill value (finfo.min), not data
 
 
+def _range(dtype: str) -> float:
+    """The dtype's largest finite value; infinite for a dtype the table lacks (only its infinities are fills)."""
+    return RANGE.get(dtype, float("inf"))
+
+
 def absmax(stats: Stats | None) -> float | None:
     """max |x| over the finite elements."""
     if stats is None or stats.max is None or stats.min is None:
@@ -57,7 +62,7 @@ def mask_pair(g: Record | None, t: Record | None) -> bool:
 def _fill(a: np.ndarray, dtype: str) -> np.ndarray:
     """Which elements are fill values: beyond half the dtype's range, or of a narrower dtype's range when the
     tensor holds that dtype's finfo.min exactly (an fp16 mask's -65504 cast up to fp32 is still its fill)."""
-    lim = RANGE[dtype]
+    lim = _range(dtype)
     low = float(a.min()) if a.size else 0.0
     for r in RANGE.values():
         if r < lim and low == -r:
@@ -71,7 +76,7 @@ def _kept(a: np.ndarray, dtype: str) -> np.ndarray | None:
     if dtype == "bool":
         return np.asarray(a, dtype=bool)
     a = np.asarray(a, dtype=np.float64)
-    fill: np.ndarray = np.abs(a) >= FILL * RANGE[dtype]
+    fill: np.ndarray = np.abs(a) >= FILL * _range(dtype)
     if not ((a == 0) | (fill & (a < 0))).all():
         return None  # values other than 0 and a negative fill: an additive bias, not a mask
     kept: np.ndarray = ~fill
