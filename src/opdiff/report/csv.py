@@ -24,7 +24,7 @@ def _quoted(texts: list[str]) -> list[str]:
     return ['"' + t.replace('"', '""') + '"' if _QUOTE.search(t) else t for t in texts]
 
 
-def _cells(c: Column) -> list[str]:
+def cells(c: Column) -> list[str]:
     """The column's cells as csv.writer writes them: numbers never need quotes; texts only when they hold a
     delimiter, a quote or a line break (checked once over the whole column)."""
     if c.special is None or not _QUOTE.search("\x1f".join(c.texts)):
@@ -32,18 +32,23 @@ def _cells(c: Column) -> list[str]:
     return _quoted(c.texts)
 
 
+def header_line(cols: list[str]) -> str:
+    """The header row as csv.writer writes it."""
+    head = io.StringIO(newline="")
+    csv.writer(head).writerow(cols)
+    return head.getvalue()
+
+
 class CsvSink:
     """The CSV report written as blocks of rows arrive (blocks.py): header first, then each block's lines."""
 
     def __init__(self, path: str | os.PathLike[str], cols: list[str], total: int = 0) -> None:
         self.f = open(path, "w", newline="", encoding="utf-8", buffering=1 << 20)
-        head = io.StringIO(newline="")
-        csv.writer(head).writerow(cols)
-        self.f.write(head.getvalue())
+        self.f.write(header_line(cols))
 
     def add(self, b: Block) -> None:
         if b.results:
-            self.f.write("\r\n".join(map(",".join, zip(*[_cells(c) for c in b.columns]))) + "\r\n")
+            self.f.write("\r\n".join(map(",".join, zip(*[cells(c) for c in b.columns]))) + "\r\n")
 
     def close(self) -> None:
         self.f.close()
