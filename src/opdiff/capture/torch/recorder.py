@@ -19,6 +19,7 @@ from ...store.names import node_name, record_name
 from ...store.stats import content_hash
 from ...store.writer import DumpWriter
 from ..stats_kernel import array_stats, copy_with_stats
+from .known import KNOWN
 from .layout import unwrap
 from .naming import Counters
 from .tensors import DeferredStats, as_numpy, dense_flat, dtype_name, hash_of, host_contiguous, stats_of
@@ -175,6 +176,10 @@ class Recorder:
                 self._remember(ident, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
                 self.writer.add(rec, None, same_data_as=stored)
                 return rec
+        elif role == "parameter":  # measured by an earlier capture or step of this process, maybe (known.py)
+            stats, hsh = KNOWN.stats(t, name, lambda: self._stats(t, name),
+                                     hash_of(t, name) if self.mode == "hash" else None)
+            rec.stats, rec.hash = self._block(t, stats), hsh if self.mode == "hash" else None
         else:
             rec.stats = self._stats(t, name)
             if self.mode == "hash":
@@ -199,7 +204,8 @@ class Recorder:
             return None, stored.stats, hsh, stored
         if live and h.data_ptr() == t.data_ptr():  # written from its own memory before it can change (settle)
             self._live = True
-            return view, array_stats(view, name), hsh, None
+            stats, _ = KNOWN.stats(t, name, lambda: array_stats(view, name), hsh)
+            return view, self._block(t, stats), hsh, None
         if h.data_ptr() == t.data_ptr() or h.numel() == 0:
             array, stats = copy_with_stats(view, name)
         else:  # already a copy of ours (another device, a strided tensor made contiguous)
@@ -235,6 +241,13 @@ class Recorder:
             stats = self._deferred.add(t, name)
         if key is not None and version is not None:
             self._blocks[key] = (weakref.ref(t), version, stats)
+        return stats
+
+    def _block(self, t: torch.Tensor, stats: Stats) -> Stats:
+        """Note `stats` (measured elsewhere: known.py) for views of `t`'s elements, as `_stats` does."""
+        version = _version(t)
+        if version is not None and t.numel() >= BLOCK_CACHE_MIN and dense_flat(t) is not None:
+            self._blocks[(t.data_ptr(), t.numel(), t.dtype, t.device)] = (weakref.ref(t), version, stats)
         return stats
 
     def call(self, line: dict[str, Any]) -> None:
