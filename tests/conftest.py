@@ -77,24 +77,39 @@ def strict_json() -> Callable[[str | os.PathLike[str]], Any]:
 
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_environ() -> dict[str, str]:
+    """The environment as the session's first test finds it (set up before any module's fixtures)."""
+    return dict(os.environ)
+
+
 _FRESH_THREADS: list[int] = []  # torch's thread count in a fresh process, measured once per worker
 
 
-def _fresh_threads() -> int:
-    """torch's intra-op thread count as a fresh process starts with it (environment included)."""
+def _fresh_threads(environ: dict[str, str]) -> int:
+    """torch's intra-op thread count as a fresh process started with `environ` has it."""
     if not _FRESH_THREADS:
-        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env=environ,
                              capture_output=True, text=True, timeout=120, check=True)
         _FRESH_THREADS.append(int(out.stdout.strip()))
     return _FRESH_THREADS[0]
 
 
+def _put_environ_back(saved: dict[str, str]) -> None:
+    for key in [k for k in os.environ if k not in saved]:
+        del os.environ[key]
+    os.environ.update({k: v for k, v in saved.items() if os.environ.get(k) != v})
+
+
 @pytest.fixture(autouse=True)
-def _torch_threads_put_back() -> Any:
-    """Each test leaves torch's thread count as a fresh process has it: code that pins it (a sweep case, a
-    fault class) must not change the numerics of the next test in the same worker (a bf16 reduction rounds
-    differently with one thread than with two, and msprobe's dumps are made in fresh processes)."""
+def _environ_and_threads_put_back(_session_environ: dict[str, str]) -> Any:
+    """Each test leaves the environment as the session found it and torch's thread count as a fresh process
+    has it. A Dask LocalCluster's nanny sets OMP_NUM_THREADS=1 (and MKL_, OPENBLAS_) in the process that
+    starts it; left there, every later subprocess (msprobe's dumps, the CLI) would run bf16 reductions on one
+    thread while this process runs them on two: a parameter gradient one bf16 rounding apart. Code that pins
+    torch's threads (a sweep case, a fault class) must not change the next test's numerics either."""
     yield
+    _put_environ_back(_session_environ)
     torch = sys.modules.get("torch")
-    if torch is not None and torch.get_num_threads() != _fresh_threads():
-        torch.set_num_threads(_fresh_threads())
+    if torch is not None and torch.get_num_threads() != _fresh_threads(_session_environ):
+        torch.set_num_threads(_fresh_threads(_session_environ))

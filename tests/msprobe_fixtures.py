@@ -71,12 +71,20 @@ def make_dumps(base: Path, names: list[str]) -> dict[str, Path]:
     jobs = [[str(base / n), *(DUMPS | MORE_DUMPS)[n]] for n in todo]
     jobs_file = base / "jobs.json"
     jobs_file.write_text(json.dumps(jobs))
-    proc = subprocess.run([str(py), str(SCRIPT), "--jobs", str(jobs_file)], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([str(py), str(SCRIPT), "--jobs", str(jobs_file)], capture_output=True, text=True, timeout=900,
+                          env=_same_threads())
     if proc.returncode:
         raise RuntimeError(f"msprobe dumps failed:\n{proc.stderr[-3000:]}")
     for n in todo:
         (base / n / ".done").touch()
     return {n: base / n for n in names}
+
+
+def _same_threads() -> dict[str, str]:
+    """The environment for msprobe's process, with torch's thread count this process has: tests compare its
+    dumps with runs made here, and a bf16 reduction (a parameter gradient) rounds by the thread count."""
+    torch = sys.modules.get("torch")
+    return {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())} if torch is not None else dict(os.environ)
 
 
 def session_dumps(tmp_path_factory) -> dict[str, Path]:

@@ -100,3 +100,34 @@ def test_views_undo_nchwc_blocking_and_transposes():
     t = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     assert any(np.array_equal(v, t) for v in _views(np.ascontiguousarray(t.transpose(0, 2, 1)), t.shape))
     assert _views(np.zeros((2, 5), np.float32), (2, 6)) == []
+
+
+def test_a_module_reading_one_input_twice_has_that_input_once():
+    """A module whose first node reads the same tensor twice (x * x, x + x) has one input there, located by
+    its signature (it was listed twice, so two candidates of one shape, and the input was lost)."""
+    from opdiff.capture.onnxruntime.graph import GNode
+    from opdiff.capture.onnxruntime.modules import boundaries
+
+    nodes = [GNode(0, "mul", "Mul", "", ["x", "x"], ["y"], module="sq"),
+             GNode(1, "add", "Add", "", ["y", "x"], ["z"], module="sq"),
+             GNode(2, "neg", "Neg", "", ["z"], ["out"], module="")]
+    spec = [[2, 3], "float32"]
+    sigs = {"": {"op": "M", "inputs": [["args.0", *spec]], "outputs": [["0", *spec]]},
+            "sq": {"op": "Sq", "inputs": [["args.0", *spec]], "outputs": [["0", *spec]]}}
+    bounds, missing = boundaries(nodes, sigs, ["x"], ["out"], set(), lambda t: ((2, 3), "float32"))
+    sq = next(b for b in bounds if b.path == "sq")
+    assert not missing
+    assert sq.inputs == [("args.0", "x")] and sq.outputs == [("0", "z")]
+
+
+def test_relocation_with_infinities_agrees_on_the_finite_values_too():
+    """A wanted tensor holding -inf (a masked score) takes the renamed tensor whose finite values agree, never
+    another with infinities at the same places (an infinite scale made every finite value agree)."""
+    from opdiff.capture.onnxruntime.relocate import relocate
+
+    ref = np.array([[0.5, -np.inf], [1.0, 2.0]], dtype=np.float32)
+    other = np.array([[90.0, -np.inf], [-7.0, 40.0]], dtype=np.float32)
+    same = ref + np.float32(1e-5) * np.isfinite(ref)
+    assert relocate(["s"], {"s": ref}, {"r1": other}, {"s"}) == {}
+    found = relocate(["s"], {"s": ref}, {"r1": other, "r2": same}, {"s"})
+    assert list(found) == ["s"] and np.array_equal(found["s"], same)

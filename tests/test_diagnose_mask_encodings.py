@@ -40,3 +40,14 @@ def test_an_fp16_fill_cast_up_to_fp32_is_still_a_fill():
     assert 0 < masked_error(golden, target, "float32", "float32") < 1e-3
     big = np.where(keep, scores, -40000.0).astype(np.float32)  # large values, but no narrower dtype's finfo.min
     assert masked_error(golden, big, "float32", "float32") == 1.0
+
+
+def test_a_mask_in_a_float_dtype_without_a_known_range_is_judged_not_a_crash():
+    """A float dtype the range table lacks (float8_e4m3fnuz): its -inf are the fill (mask_pair lets such a pair
+    through when golden holds -inf and the target a fill); it used to raise KeyError out of compare."""
+    keep = np.tril(np.ones((4, 4), dtype=bool))
+    neg_inf = np.where(keep, 0.0, -np.inf)
+    fill = np.where(keep, 0.0, np.finfo(np.float32).min).astype(np.float32)
+    assert masked_error(neg_inf, fill, "float8_e4m3fnuz", "float32") == 0.0
+    assert masked_error(neg_inf, keep, "float8_e4m3fnuz", "bool") == 0.0
+    assert masked_error(neg_inf, ~keep, "float8_e4m3fnuz", "bool") == 1.0

@@ -181,6 +181,46 @@ def test_diagnose_models_leaves_both_models_and_rng(tmp_path):
     _assert_rng(rng, _rng(), "diagnose_models")
 
 
+class NormNet(torch.nn.Module):
+    """A BatchNorm in train mode: each forward updates its running statistics (buffers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.bn, self.head = torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.bn(self.fc(x))))
+
+
+def test_diagnose_models_and_hunts_patching_leave_buffers_as_found(tmp_path):
+    """The runs opdiff makes itself (diagnose_models' captures, every patched re-run) leave a train-mode
+    BatchNorm's running statistics and batch count as found: not one update per run."""
+    torch.manual_seed(0)
+    golden, target = NormNet().train(), NormNet().train()
+    target.load_state_dict(golden.state_dict())
+    with torch.no_grad():
+        target.fc.weight[0].mul_(1.2)
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(1))
+    before = {side: {k: v.clone() for k, v in m.named_buffers()} for side, m in (("g", golden), ("t", target))}
+    d = opdiff.diagnose_models(golden, target, x, tmp_path / "dm", replay=False)
+    assert d.to_json()["confirmation"]["method"] == "patch" and d.culprit is not None and d.culprit.module == "fc"
+    for side, m in (("g", golden), ("t", target)):
+        for k, v in m.named_buffers():
+            assert torch.equal(v, before[side][k]), f"diagnose_models: {side} {k} changed"
+
+    def runner(model):
+        def fn(capture):
+            with capture(model):
+                model(x)
+        return fn
+    count = lambda: int(dict(golden.named_buffers())["bn.num_batches_tracked"])
+    start = count()
+    res = opdiff.hunt(runner(golden), runner(target), tmp_path / "h", replay=False)
+    assert res.to_json()["confirmation"]["method"] == "patch"
+    # only hunt's own unpatched runs of the function count (5 before the fix: the patched re-runs too)
+    assert count() - start == 2, "patched re-runs moved the buffers"
+
+
 def test_hunt_with_patching_leaves_the_functions_models_and_rng(tmp_path):
     golden, target, inputs = _faulty_pair()
     for m in (golden, target):

@@ -160,3 +160,70 @@ def test_a_pre_hook_of_the_module_is_its_own_call_not_its_parents_code(tmp_path)
     d = opdiff.diagnose_models(golden, target, inputs, tmp_path / "r", replay=False)
     proof = _proof(d)
     assert [c["module"] for c in proof["culprits"]] == list(planted.culprits) == [d.culprit.module]
+
+
+def test_output_error_never_lets_a_nan_hide_a_difference():
+    """The model-output error patching measures: nan, +inf, -inf at the same places of both outputs are the
+    same; anywhere else, or of another kind, the error is infinite; the finite elements are still measured
+    where both hold a nan elsewhere (a nan used to make the error 0 and a repair look complete)."""
+    from opdiff.capture.torch.patching import output_error
+
+    nan, inf = float("nan"), float("inf")
+    g = torch.tensor([1.0, 2.0, nan, -inf])
+    assert output_error(g, g.clone()) == 0.0
+    assert output_error(g, torch.tensor([1.0, 4.0, nan, -inf])) == pytest.approx(1.0)  # |2 - 4| / max|g| = 1
+    for t in ([1.0, 2.0, 3.0, -inf], [1.0, 2.0, nan, inf], [1.0, 2.0, inf, -inf], [nan, 2.0, nan, -inf]):
+        assert output_error(g, torch.tensor(t)) == inf, t
+    assert output_error(torch.tensor([1.0, nan]), torch.tensor([1.0, 5.0])) == inf  # golden's nan, target finite
+    assert output_error(torch.zeros(0), torch.zeros(0)) == 0.0
+
+
+class _ConvNet(torch.nn.Module):
+    """A conv whose output the parent flattens with `.view` (contiguous only) or `.reshape`."""
+
+    def __init__(self, reshape: bool = False):
+        super().__init__()
+        self.conv, self.act, self.head = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Linear(256, 2)
+        self.reshape = reshape
+
+    def forward(self, x):
+        y = self.act(self.conv(x))
+        return self.head(y.reshape(y.shape[0], -1) if self.reshape else y.view(y.shape[0], -1))
+
+
+def test_golden_output_in_another_memory_format_is_patched_in_the_targets_layout(tmp_path):
+    """Golden runs channels-last (flattening with reshape), the target contiguous (with view): golden's output
+    handed to the target's code takes the target's strides (it used to raise from the target's view)."""
+    torch.manual_seed(0)
+    target = _ConvNet().eval()
+    golden = _ConvNet(reshape=True).eval()
+    golden.load_state_dict(target.state_dict())
+    golden = golden.to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        target.conv.weight[0].mul_(1.1)
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    d = opdiff.diagnose_models(golden, target, x.contiguous(memory_format=torch.channels_last), tmp_path / "dm",
+                               target_inputs=x, replay=False)
+    proof = _proof(d)
+    assert proof["status"] == "confirmed" and [c["module"] for c in proof["culprits"]] == ["conv"], proof
+
+
+def test_a_model_failing_when_re_run_leaves_the_statistics_verdict_with_the_reason(tmp_path):
+    """diagnose_models re-runs the models to patch them; a model whose code fails then is no traceback: the
+    dumps' verdict stands and the confirmation says what failed (hunt did so already)."""
+    torch.manual_seed(0)
+    golden, target = _ConvNet(reshape=True).eval(), _ConvNet(reshape=True).eval()
+    target.load_state_dict(golden.state_dict())
+    with torch.no_grad():
+        target.conv.weight[0].mul_(1.1)
+    calls = []
+
+    def only_twice(_m, _a):
+        calls.append(1)
+        if len(calls) > 2:  # the capture and the patcher's recording run; the patched runs fail
+            raise RuntimeError("this model runs twice only")
+    target.register_forward_pre_hook(only_twice)
+    d = opdiff.diagnose_models(golden, target, torch.randn(2, 3, 8, 8), tmp_path / "dm", replay=False)
+    assert d.verdict == "fault" and d.culprit is not None and d.culprit.module == "conv"
+    proof = d.to_json()["confirmation"]["patch"]
+    assert proof["status"] == "error" and "this model runs twice only" in proof["reason"], proof

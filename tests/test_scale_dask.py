@@ -252,3 +252,20 @@ def test_pinned_worker_killed_its_tasks_run_elsewhere(dumps, tmp_path):
     assert any(w != victim for n, w in run.where.items() if n.startswith(("rank0", "rank1")))  # moved off the victim
     for part, cmp in run.comparisons.items():
         assert_same(cmp, _reference(g, t, part))
+
+
+def test_local_cluster_leaves_the_callers_environment():
+    """`--scheduler local:N` starts nannies that set OMP_NUM_THREADS=1 (and MKL_, OPENBLAS_) for their workers
+    in the process starting them: the workers keep them, the caller's environment is put back (a torch
+    imported later, or a subprocess, would otherwise run on one thread)."""
+    from opdiff.compare.cluster import connect
+
+    before = dict(os.environ)
+    client, cluster = connect("local:1")
+    try:
+        assert dict(os.environ) == before
+        assert set(client.run(lambda: os.environ.get("OMP_NUM_THREADS")).values()) == {"1"}
+    finally:
+        client.close()
+        cluster.close()
+    assert dict(os.environ) == before

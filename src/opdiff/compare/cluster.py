@@ -5,8 +5,11 @@ worker. Dask distributed is imported only here and in the tasks' worker lookup (
 
 from __future__ import annotations
 
+import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,20 @@ def load_placement(path: str | Path) -> dict[int, str]:
     return out
 
 
+@contextmanager
+def _environ_kept() -> Iterator[None]:
+    """Run the block, then put this process's environment back: a LocalCluster's nannies set their workers'
+    variables (OMP_NUM_THREADS=1, MKL_NUM_THREADS=1 ...) here before spawning them, which would leave the
+    caller's later subprocesses, and a torch imported later, on one thread."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for key in [k for k in os.environ if k not in saved]:
+            del os.environ[key]
+        os.environ.update({k: v for k, v in saved.items() if os.environ.get(k) != v})
+
+
 def connect(scheduler: str) -> tuple[Any, Any]:
     """(Client, LocalCluster or None): `local:N` starts N worker processes here, else an address."""
     try:
@@ -57,7 +74,7 @@ def connect(scheduler: str) -> tuple[Any, Any]:
         n = int(m.group(1))
         if n < 1:
             raise OpdiffError(f"--scheduler {scheduler}: needs at least one worker")
-        with dask.config.set(LOCAL_CONFIG):
+        with dask.config.set(LOCAL_CONFIG), _environ_kept():
             cluster = LocalCluster(n_workers=n, processes=True, threads_per_worker=1,  # type: ignore[no-untyped-call]
                                    dashboard_address=None)
         return Client(cluster), cluster  # type: ignore[no-untyped-call]

@@ -18,7 +18,7 @@ from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.vocab import MATCH_SEQUENCE
 from ..metrics import names as M
-from ..metrics.masks import mask_pair, masked_error
+from ..metrics.masks import mask_pair, masked_errors
 from ..metrics.thresholds import unit
 from ..store import Dump
 from .inplace import inplace_error
@@ -305,23 +305,26 @@ def _identity_key(r: Record | None) -> tuple[object, ...] | None:
     return (r.dtype, r.shape, s.min, s.max, s.mean, s.norm, s.zeros)
 
 
-def _error(p: PairResult, golden: Dump | None, target: Dump | None) -> float | None:
-    """A pair's relative error; masks are compared on their unmasked elements when data is at hand."""
+def _errors(p: PairResult, golden: Dump | None, target: Dump | None) -> tuple[float | None, float | None]:
+    """A pair's relative and absolute error. Masks are compared on their unmasked elements when data is at
+    hand; without it a mask's absolute error is unknown (the fill values' difference, 1.3e36 between fp32's
+    and bf16's finfo.min, is no error of the data and would excuse every op reading the mask)."""
     if p.golden is None:
-        return inplace_error(p, golden, target)  # an input the target's call changed in place (else None)
+        return inplace_error(p, golden, target), _abs_error(p)  # an input the target's call changed in place
     if p.target is not None and p.target.role == "output" and p.target.src:
-        return None  # an output recorded as an alias of an earlier tensor (in-place op): its values are not its own
+        return None, None  # an output recorded as an alias of an earlier tensor (in-place op): not its own values
     err = pair_error(p)
     if p.match == MATCH_SEQUENCE and p.golden is not None and p.target is not None and \
             ((p.golden.op != p.target.op and not _same_place(p.golden, p.target)) or (err is not None and err > GUESS_LIMIT)):
-        return None  # a pair guessed by position between different ops, or unrelated-looking: not evidence
-    if err and p.golden is not None and p.target is not None and golden is not None and target is not None \
-            and mask_pair(p.golden, p.target) and p.golden.has_data and p.target.has_data:
-        try:
-            return masked_error(golden.tensor(p.golden), target.tensor(p.target), p.golden.dtype, p.target.dtype)
-        except DumpError:
-            return err
-    return err
+        return None, None  # a pair guessed by position between different ops, or unrelated-looking: not evidence
+    if not err or p.target is None or not mask_pair(p.golden, p.target):
+        return err, _abs_error(p)
+    if golden is None or target is None or not p.golden.has_data or not p.target.has_data:
+        return err, None
+    try:
+        return masked_errors(golden.tensor(p.golden), target.tensor(p.target), p.golden.dtype, p.target.dtype)
+    except DumpError:
+        return err, None
 
 
 def _same_place(g: Record, t: Record) -> bool:
@@ -396,8 +399,8 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
         if rec.direction != direction:
             continue
         tid = len(tensors)
-        err = _error(p, golden, target)
-        tensor = Tensor(tid, p, g, t, err, units.of(g, t), abs_err=_abs_error(p), order=t.index if t is not None else -1)
+        err, abs_err = _errors(p, golden, target)
+        tensor = Tensor(tid, p, g, t, err, units.of(g, t), abs_err=abs_err, order=t.index if t is not None else -1)
         tensors.append(tensor)
         if t is None:
             golden_only.append(tid)

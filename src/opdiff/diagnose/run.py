@@ -130,6 +130,16 @@ def confirm_by_patching(diag: Diagnosis, patcher: Patcher) -> None:
     patch.apply(diag, patch.prove(patcher, diag.noise, stat), diag.graph)
 
 
+def confirm_or_say_why(diag: Diagnosis, make: Callable[[], Patcher], what: str) -> None:
+    """`confirm_by_patching` with the patcher `make` builds. Patching re-runs the user's code with hooks: a
+    failure there leaves the statistics' verdict, its reason in the confirmation (status error), never a traceback."""
+    try:
+        confirm_by_patching(diag, make())
+    except Exception as exc:  # the user's code, re-run patched: any failure is reported, not raised
+        diag.patch = patch.PatchProof("error", reason=f"re-running the {what} to patch them failed: "
+                                                      f"{type(exc).__name__}: {exc}")
+
+
 def _own_records(pairs: list[PairResult], direction: str) -> list[PairResult]:
     """The pairs a pass answers for: its own direction's (a backward-only record does not make the forward pass
     inconclusive); the forward pass also those of a pass where nothing pairs, which is not diagnosed itself."""

@@ -17,7 +17,7 @@ from ..capture.torch import capture
 from ..capture.torch.patching import TorchPatcher, call
 from ..capture.torch.preserve import preserved
 from ..diagnose import Diagnosis
-from ..diagnose.run import confirm_by_patching
+from ..diagnose.run import confirm_or_say_why
 from ..diagnose.run import diagnose as diagnose_dumps
 
 
@@ -41,5 +41,5 @@ def diagnose_models(golden: Any, target: Any, inputs: Any, out: str | os.PathLik
                 call(model, args)
     diag = diagnose_dumps(root / "golden", root / "target", replay=replay)
     if patch:
-        confirm_by_patching(diag, TorchPatcher(golden, target, inputs, target_inputs, seed=seed))
+        confirm_or_say_why(diag, lambda: TorchPatcher(golden, target, inputs, target_inputs, seed=seed), "models")
     return diag

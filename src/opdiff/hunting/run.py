@@ -114,15 +114,9 @@ def _confirm(diag: Diagnosis, golden_fn: Callable[[Any], Any], target_fn: Callab
     """Patch confirmation of hunt's verdict; a function that cannot be re-run patched leaves the statistics'
     verdict, with the reason in the confirmation."""
     from ..capture.torch.patching import TorchPatcher
-    from ..diagnose.patch import PatchProof
-    from ..diagnose.run import confirm_by_patching
+    from ..diagnose.run import confirm_or_say_why
 
-    try:
-        patcher = TorchPatcher.of_functions(golden_fn, target_fn, seed=seed)
-        confirm_by_patching(diag, patcher)
-    except Exception as exc:  # the user's code, re-run with hooks: any failure is reported, not raised
-        diag.patch = PatchProof("error", reason=f"re-running the functions to patch them failed: "
-                                                f"{type(exc).__name__}: {exc}")
+    confirm_or_say_why(diag, lambda: TorchPatcher.of_functions(golden_fn, target_fn, seed=seed), "functions")
 
 
 def hunt(golden_fn: Callable[[CaptureBlock], Any], target_fn: Callable[[CaptureBlock], Any], out: str | Path, *,

@@ -28,6 +28,11 @@ RANGE: dict[str, float] = {
 FILL = 0.5  # |x| beyond this share of the dtype's range is a mask fill value (finfo.min), not data
 
 
+def _range(dtype: str) -> float:
+    """The dtype's largest finite value; infinite for a dtype the table lacks (only its infinities are fills)."""
+    return RANGE.get(dtype, float("inf"))
+
+
 def absmax(stats: Stats | None) -> float | None:
     """max |x| over the finite elements."""
     if stats is None or stats.max is None or stats.min is None:
@@ -57,7 +62,7 @@ def mask_pair(g: Record | None, t: Record | None) -> bool:
 def _fill(a: np.ndarray, dtype: str) -> np.ndarray:
     """Which elements are fill values: beyond half the dtype's range, or of a narrower dtype's range when the
     tensor holds that dtype's finfo.min exactly (an fp16 mask's -65504 cast up to fp32 is still its fill)."""
-    lim = RANGE[dtype]
+    lim = _range(dtype)
     low = float(a.min()) if a.size else 0.0
     for r in RANGE.values():
         if r < lim and low == -r:
@@ -71,7 +76,7 @@ def _kept(a: np.ndarray, dtype: str) -> np.ndarray | None:
     if dtype == "bool":
         return np.asarray(a, dtype=bool)
     a = np.asarray(a, dtype=np.float64)
-    fill: np.ndarray = np.abs(a) >= FILL * RANGE[dtype]
+    fill: np.ndarray = np.abs(a) >= FILL * _range(dtype)
     if not ((a == 0) | (fill & (a < 0))).all():
         return None  # values other than 0 and a negative fill: an additive bias, not a mask
     kept: np.ndarray = ~fill
@@ -112,9 +117,18 @@ def mask_view(g: np.ndarray, t: np.ndarray, g_dtype: str, t_dtype: str) -> MaskV
 def masked_error(g: np.ndarray, t: np.ndarray, g_dtype: str, t_dtype: str) -> float:
     """Relative error of a mask-like pair over the elements it lets through (0: the same mask, 1: other
     elements let through). -3.40e38 (fp32's finfo.min) and -3.39e38 (bf16's) both mean "masked"."""
+    return masked_errors(g, t, g_dtype, t_dtype)[0]
+
+
+def masked_errors(g: np.ndarray, t: np.ndarray, g_dtype: str, t_dtype: str) -> tuple[float, float | None]:
+    """Relative and absolute error (MaxAbsErr) of a mask-like pair over the elements it lets through. The
+    absolute error is None when other elements are let through: no size of it means anything then. The
+    fill values' own difference (1.3e36 between fp32's and bf16's finfo.min) is no error of the data."""
     v = mask_view(g, t, g_dtype, t_dtype)
     if v.kind != "values" or v.metrics is None:
-        return 0.0 if v.kind == "same" else 1.0
+        return (0.0, 0.0) if v.kind == "same" else (1.0, None)
     terms = [float(x) for x in (v.metrics.get(M.RED), v.metrics.get(M.NORM_MAX_ABS_ERR))
              if isinstance(x, (int, float)) and np.isfinite(x)]
-    return max(terms) if terms else 0.0
+    mae = v.metrics.get(M.MAX_ABS_ERR)
+    return (max(terms) if terms else 0.0,
+            float(mae) if isinstance(mae, (int, float)) and np.isfinite(mae) else None)

@@ -170,9 +170,8 @@ def boundaries(nodes: list[GNode], sigs: dict[str, dict[str, Any]] | None, graph
         made = [o for n in inside for o in n.outputs if o]
         made_set = set(made)
         outs = [o for o in made if o in returned or any(c.name not in names for c in consumers.get(o, ()))]
-        ins: list[str] = []
-        for n in inside:
-            ins += [x for x in n.inputs if x and x not in made_set and x not in constants and x not in ins]
+        ins = list(dict.fromkeys(x for n in inside for x in n.inputs
+                                 if x and x not in made_set and x not in constants))  # once each (x * x reads x twice)
         b = Boundary(path, sig.get("op", UNKNOWN_OP), first=inside[0].index - 0.5, last=inside[-1].index + 0.5)
         if sigs:
             b.inputs, lost_in = _assign(sig.get("inputs", []), ins, spec_of, print_of)

@@ -41,8 +41,16 @@ def _views(arr: np.ndarray, shape: tuple[int, ...]) -> list[np.ndarray]:
 
 
 def _agree(a: np.ndarray, ref: np.ndarray) -> bool:
-    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
-    return bool(scale > 0 and np.allclose(a, ref, rtol=RTOL, atol=RTOL * scale))
+    """Same non-finite values at the same places, finite ones within RTOL of ref's finite absmax."""
+    fin = np.isfinite(ref)
+    scale = float(np.max(np.abs(ref[fin]))) if fin.any() else 0.0
+    return bool(scale > 0 and np.allclose(a, ref, rtol=RTOL, atol=RTOL * scale, equal_nan=True))
+
+
+def _distance(a: np.ndarray, ref: np.ndarray) -> float:
+    """Largest difference over ref's finite elements (the candidates agree on the others)."""
+    fin = np.isfinite(ref)
+    return float(np.max(np.abs(a[fin].astype(np.float64) - ref[fin])))
 
 
 def relocate(wanted: list[str], unoptimized: dict[str, np.ndarray], values: dict[str, np.ndarray],
@@ -60,7 +68,7 @@ def relocate(wanted: list[str], unoptimized: dict[str, np.ndarray], values: dict
         for name, arr in pool.items():
             for view in _views(arr, ref.shape) if arr.dtype == ref.dtype else []:
                 if _agree(view, ref):
-                    hits.append((float(np.max(np.abs(view.astype(np.float64) - ref))), name, view))
+                    hits.append((_distance(view, ref), name, view))
         if hits:
             view = min(hits, key=lambda h: h[0])[2]
             out[t] = view

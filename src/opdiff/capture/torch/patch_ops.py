@@ -18,6 +18,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .aten_mode import aten_name
 
+
+def in_layout(own: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """A new tensor holding `value` in own's dtype, device and strides (what the code after the op expects)."""
+    out = torch.empty_like(own, requires_grad=False)
+    with torch.no_grad():
+        out.copy_(value)
+    return out
+
+
 OpHook = Callable[[str, int, torch.Tensor], "torch.Tensor | None"]  # (key, call index, output) -> replacement
 
 
@@ -77,7 +86,7 @@ class OwnOps(TorchDispatchMode):
         if mutable:
             first.copy_(new)
             return out
-        new = new.to(dtype=first.dtype, device=first.device).clone()
+        new = in_layout(first, new)
         return (new, *out[1:]) if isinstance(out, tuple) else new
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .patch_inputs import Mutations, Seen, changed, expected, put, watch
-from .patch_ops import OpHook, is_op_key, op_scope, own_ops
+from .patch_ops import OpHook, in_layout, is_op_key, op_scope, own_ops
 from .preserve import _rng_state, _set_rng_state, preserved
 
 Outputs = dict[str, list[Any]]  # module path -> its outputs, one per call
@@ -65,16 +65,17 @@ def remap(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
 
 
 def substitute(own: Any, other: Any) -> Any:
-    """`own` with each tensor replaced by `other`'s tensor at the same place (same shape), in own's dtype."""
+    """`own` with each tensor replaced by `other`'s tensor at the same place (same shape), in own's dtype and
+    strides."""
     theirs = iter(leaves(other))
 
     def swap(t: torch.Tensor) -> torch.Tensor:
         o = next(theirs, None)
         if o is None or o.shape != t.shape:
             return t
-        v = o.to(dtype=t.dtype, device=t.device)
-        return keep_graph(t, v.clone() if v is o else v)  # never hand out the recording itself
+        return keep_graph(t, in_layout(t, o))
     return remap(own, swap)
+
 
 
 def keep_graph(own: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -89,14 +90,18 @@ def keep_graph(own: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
 
 def output_error(golden: Any, target: Any) -> float:
     """Error of the model output the way diagnose measures a pair: the larger of the relative euclidean
-    distance and the max absolute error over golden's absmax, worst over the floating outputs."""
+    distance and the max absolute error over golden's absmax, worst over the floating outputs. Non-finite
+    values must sit at the same places and be the same (nan, +inf, -inf), else the error is infinite; the
+    finite ones are measured (a nan of both never hides a difference elsewhere)."""
     worst = 0.0
     for g, t in zip(leaves(golden), leaves(target)):
         if not g.is_floating_point() or g.shape != t.shape:
             continue
         a, b = g.detach().double().cpu().numpy(), t.detach().double().cpu().numpy()
-        if not np.isfinite(b).all() and np.isfinite(a).all():
+        fa, fb = np.isfinite(a), np.isfinite(b)
+        if (fa != fb).any() or not np.array_equal(a[~fa], b[~fb], equal_nan=True):
             return float("inf")
+        a, b = a[fa], b[fb]
         d = np.abs(a - b)
         scale, absmax = float(np.linalg.norm(a)), float(np.abs(a).max(initial=0.0))
         red = float(np.linalg.norm(d)) / scale if scale else float(d.max(initial=0.0) > 0) * float("inf")
@@ -157,7 +162,7 @@ class PatchBlock:
         if not isinstance(model, torch.nn.Module) or self.calls > 1:
             raise TypeError(f"{self.who}: patching needs one capture(model) of an nn.Module per run")
         stack = ExitStack()
-        stack.enter_context(preserved(model))
+        stack.enter_context(preserved(model, buffers=True))  # a patched re-run is opdiff's, not the user's
         stack.enter_context(self.install(model))
         return stack
 
@@ -194,8 +199,8 @@ class TorchPatcher:
         self.op_scopes: set[str] = set()  # modules whose own ops are recorded
         self.outputs: dict[str, Any] = {}
         self.golden_inputs: Outputs = {}  # module path -> its (args, kwargs), one per call
-        self.input_errors: dict[str, float] = {}
-        self.mutations: dict[str, Mutations] = {"golden": {}, "target": {}}  # in-place writes to module inputs  # per module, its inputs' error in local_errors' run
+        self.input_errors: dict[str, float] = {}  # per module, its inputs' error in local_errors' run
+        self.mutations: dict[str, Mutations] = {"golden": {}, "target": {}}  # in-place writes to module inputs
         for side in ("golden", "target"):
             self.recorded[side], self.outputs[side] = self._record(side)
 

@@ -5,7 +5,8 @@ inside `preserved(model)`: afterwards each module's training flag, each paramete
 identity, each buffer's identity, the module hook dicts and the instance `forward` are what they were.
 `rng=True` (entry points that run the model themselves, not the user's code) also restores the RNG
 states (torch CPU and CUDA, Python's `random`, numpy's global one), so the user's next dropout mask is
-the one it would have been. The torch.onnx exporter, for one, leaves the model in train mode.
+the one it would have been, and the buffers' values (a BatchNorm in train mode updates its running
+statistics on every run opdiff makes). The torch.onnx exporter, for one, leaves the model in train mode.
 """
 
 from __future__ import annotations
@@ -49,12 +50,15 @@ class ModelState:
 
     modules: list[ModuleState] = field(default_factory=list)
     rng: dict[str, Any] | None = None
+    values: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # (buffer, its values) when asked
 
     @classmethod
-    def snapshot(cls, model: torch.nn.Module, rng: bool = False) -> ModelState:
+    def snapshot(cls, model: torch.nn.Module, rng: bool = False, buffers: bool = False) -> ModelState:
         state = cls([_module_state(m) for m in model.modules()])
         if rng:
             state.rng = _rng_state()
+        if buffers:
+            state.values = [(b, b.detach().clone()) for b in {id(b): b for b in model.buffers()}.values()]
         return state
 
     def restore(self, hooks_only: bool = False) -> None:
@@ -66,6 +70,10 @@ class ModelState:
                 _restore_module(s)
         if self.rng is not None:
             _set_rng_state(self.rng)
+        with torch.no_grad():
+            for b, v in self.values or []:
+                if b.shape == v.shape and not torch.equal(b, v):
+                    b.copy_(v)
 
 
 def _module_state(m: torch.nn.Module) -> ModuleState:
@@ -120,12 +128,13 @@ def _set_rng_state(rng: dict[str, Any]) -> None:
 
 
 @contextmanager
-def preserved(model: Any, rng: bool = False) -> Iterator[ModelState | None]:
-    """Run the block, then put `model` (an nn.Module; anything else is left alone) back as it was."""
+def preserved(model: Any, rng: bool = False, buffers: bool | None = None) -> Iterator[ModelState | None]:
+    """Run the block, then put `model` (an nn.Module; anything else is left alone) back as it was; the
+    buffers' values too when `buffers` (by default: with `rng`, for runs opdiff makes itself)."""
     if not isinstance(model, torch.nn.Module):
         yield None
         return
-    state = ModelState.snapshot(model, rng=rng)
+    state = ModelState.snapshot(model, rng=rng, buffers=rng if buffers is None else buffers)
     try:
         yield state
     finally:
