@@ -50,6 +50,21 @@ DEFAULT_FLUSH_RECORDS = 512
 DEDUP_MIN_BYTES = 1 << 12
 
 
+def _line_encoder() -> Callable[[Any], str]:
+    """`json.dumps(o, separators=(",", ":"))` with its encoder made once: json.dumps builds a JSONEncoder and a
+    C encoder per call, which was a third of writing an index line (thousands per capture step). The same C
+    encoder with the same settings, so the text is the same; no circular-reference check (lines are trees)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        return lambda o: json.dumps(o, separators=(",", ":"))
+    encode = make(None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii, None, ":", ",",
+                  False, False, True)
+    return lambda o: "".join(encode(o, 0))
+
+
+dumps_line = _line_encoder()
+
+
 def prepare_run_dir(path: str | os.PathLike[str], overwrite: bool) -> Path:
     """Create an empty run directory; refuse an existing non-empty one unless `overwrite`."""
     root = Path(path)
@@ -122,14 +137,14 @@ class _PartWriter:
         cols = self.columns
         for rec, arr in batch:
             if isinstance(rec, dict):
-                lines.append(json.dumps(rec, separators=(",", ":")) + "\n")
+                lines.append(dumps_line(rec) + "\n")
                 if cols is not None:
                     cols.skip()
                 continue
             if isinstance(arr, Record) and arr.data is not None:
                 rec.data = dict(arr.data)
             d = self._line(rec)
-            text = json.dumps(d, separators=(",", ":"))
+            text = dumps_line(d)
             lines.append(text + "\n")
             if cols is not None:
                 cols.add(d, text)
