@@ -18,11 +18,11 @@ from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.vocab import MATCH_SEQUENCE
 from ..metrics import names as M
-from ..metrics.masks import mask_pair, masked_error
+from ..metrics.masks import mask_pair, masked_errors
 from ..metrics.thresholds import unit
 from ..store import Dump
 from .columns import ROLE_CODE, ROLE_OTHER, Columns, Seed, columns
-from .inplace import inplace_error
+from .inplace import inplace_change, inplace_error
 from .noise import pair_error
 
 
@@ -39,6 +39,7 @@ class Tensor:
     node: int = -1  # the target node it belongs to (-1: golden only)
     abs_err: float | None = None  # MaxAbsErr when real data was compared
     order: int = -1  # index of the target record (execution order); -1 when golden only
+    moved: float | None = None  # a target-only in-place record: its change from the input its call was handed
 
     @property
     def rec(self) -> Record:
@@ -320,23 +321,26 @@ def _identity_key(r: Record | None) -> tuple[object, ...] | None:
     return (r.dtype, r.shape, s.min, s.max, s.mean, s.norm, s.zeros)
 
 
-def _error(p: PairResult, golden: Dump | None, target: Dump | None) -> float | None:
-    """A pair's relative error; masks are compared on their unmasked elements when data is at hand."""
+def _errors(p: PairResult, golden: Dump | None, target: Dump | None) -> tuple[float | None, float | None]:
+    """A pair's relative and absolute error. Masks are compared on their unmasked elements when data is at
+    hand; without it a mask's absolute error is unknown (the fill values' difference, 1.3e36 between fp32's
+    and bf16's finfo.min, is no error of the data and would excuse every op reading the mask)."""
     if p.golden is None:
-        return inplace_error(p, golden, target)  # an input the target's call changed in place (else None)
+        return inplace_error(p, golden, target), _abs_error(p)  # an input the target's call changed in place
     if p.target is not None and p.target.role == "output" and p.target.src:
-        return None  # an output recorded as an alias of an earlier tensor (in-place op): its values are not its own
+        return None, None  # an output recorded as an alias of an earlier tensor (in-place op): not its own values
     err = pair_error(p)
     if p.match == MATCH_SEQUENCE and p.golden is not None and p.target is not None and \
             ((p.golden.op != p.target.op and not _same_place(p.golden, p.target)) or (err is not None and err > GUESS_LIMIT)):
-        return None  # a pair guessed by position between different ops, or unrelated-looking: not evidence
-    if err and p.golden is not None and p.target is not None and golden is not None and target is not None \
-            and p.golden.has_data and p.target.has_data and mask_pair(p.golden, p.target):  # cheap tests first
-        try:
-            return masked_error(golden.tensor(p.golden), target.tensor(p.target), p.golden.dtype, p.target.dtype)
-        except DumpError:
-            return err
-    return err
+        return None, None  # a pair guessed by position between different ops, or unrelated-looking: not evidence
+    if not err or p.target is None or not mask_pair(p.golden, p.target):
+        return err, _abs_error(p)
+    if golden is None or target is None or not p.golden.has_data or not p.target.has_data:
+        return err, None
+    try:
+        return masked_errors(golden.tensor(p.golden), target.tensor(p.target), p.golden.dtype, p.target.dtype)
+    except DumpError:
+        return err, None
 
 
 def _same_place(g: Record, t: Record) -> bool:
@@ -358,7 +362,6 @@ def _abs_error(p: PairResult) -> float | None:
         return None
 
 
-MAX_ABS = M.MAX_ABS_ERR
 GUESS_LIMIT = 0.5  # a pair made by sequence alignment whose relative error exceeds this is taken as a mis-pairing
 SCOPE = 32  # how many finished children of a module its own code is assumed to read from
 ISLAND_SHARE = 0.05  # a narrower dtype in fewer than this share of the target's float pairs is an island
@@ -430,7 +433,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     levels: set[str] = set()
     units: dict[tuple[str | None, str | None], float] = {}  # unit() per dtype pair seen (a run has a handful)
     seen: DtypePairs = {}
-    add, error, abs_error = tensors.append, _error, _abs_error
+    add, errors = tensors.append, _errors
     seed = Seed()
     add_err, add_unit, add_node, add_role = seed.err.append, seed.unit.append, seed.node.append, seed.role.append
     roles = ROLE_CODE
@@ -441,7 +444,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
         if rec.direction != direction:
             continue
         tid = len(tensors)
-        err = error(p, golden, target)
+        err, abs_err = errors(p, golden, target)
         key = (g.dtype if g is not None else None, t.dtype if t is not None else None)
         u = units.get(key)
         if u is None:
@@ -452,7 +455,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
         add_err(err)
         add_unit(u)
         if t is None:
-            add(Tensor(tid, p, g, t, err, u, -1, abs_error(p), -1))
+            add(Tensor(tid, p, g, t, err, u, -1, abs_err, -1))
             golden_only.append(tid)
             add_node(-1)
             add_role(ROLE_OTHER)
@@ -472,8 +475,10 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
                 n.end = idx
             if t.level is not n.level:
                 levels.add(t.level)
-        a = p.metrics.get(MAX_ABS)  # _abs_error's common case inline: a finite float
-        add(Tensor(tid, p, g, t, err, u, nid, a if type(a) is float and a - a == 0.0 else abs_error(p), idx))
+        tensor = Tensor(tid, p, g, t, err, u, nid, abs_err, idx)
+        if g is None and err is not None:
+            tensor.moved = inplace_change(p, target)
+        add(tensor)
         by_name[t.name] = tid
         if g is not None and n.golden is None and err is not None:
             n.golden = g.node

@@ -11,8 +11,9 @@ from ..base.vocab import FAIL, PROVENANCE_KEY, Verdict
 from ..metrics import names as M
 from ..replay.result import ReplayResult
 from .graph import Graph, Node, Tensor
-from .local import Event, contributions, propagates
+from .local import Event, contributions, inherited, propagates
 from .noise import DRIFT, Noise
+from .origin import entry
 from .overflow import Overflow
 from .patch import PatchProof
 from .types import Candidate, Culprit, Evidence, OpCandidate, TensorInfo
@@ -340,8 +341,10 @@ def _fails_downstream(graph: Graph, t: Tensor) -> bool:
     return any(graph.tensors[i].pair.result == FAIL for node, _ in graph.consumer_nodes(t) for i in node.outputs)
 
 
-def _compare_fault(graph: Graph, noise: Noise, d: Diagnosis, t: Tensor, replayable: bool) -> None:
-    """A fault named from compare's own verdict on a pair (when no calibrated event was strong enough)."""
+def _compare_fault(graph: Graph, noise: Noise, d: Diagnosis, failed: Tensor, replayable: bool) -> None:
+    """A fault named from compare's own verdict on a pair (when no calibrated event was strong enough), blamed
+    where its error entered: the pair itself, or the op upstream whose output jumped (origin.py)."""
+    t = entry(graph, noise, failed)
     nid, how = graph.blame(t)
     node = graph.nodes[nid]
     main = _main_output(graph, node, t, noise)
@@ -356,6 +359,10 @@ def _compare_fault(graph: Graph, noise: Noise, d: Diagnosis, t: Tensor, replayab
         size = "its values"
     reason = (f"compare fails {t.rec.name} (off by {size}) while everything it is computed from passes: "
               "the error enters here")
+    if t is not failed:
+        inh = inherited(graph, t) / t.unit
+        reason = (f"compare fails {failed.rec.name} (off by {off_by(failed)}), an error its inputs bring; it enters "
+                  f"at {t.rec.name}: off by {size} while what it is computed from is within {inh:.3g} units")
     d.verdict = "fault"
     d.culprit = Culprit(**node_info(graph, node), golden=main.golden.name if main.golden else None,
                         target=main.target.name if main.target else None, reason=reason, how=how,

@@ -117,9 +117,18 @@ def mask_view(g: np.ndarray, t: np.ndarray, g_dtype: str, t_dtype: str) -> MaskV
 def masked_error(g: np.ndarray, t: np.ndarray, g_dtype: str, t_dtype: str) -> float:
     """Relative error of a mask-like pair over the elements it lets through (0: the same mask, 1: other
     elements let through). -3.40e38 (fp32's finfo.min) and -3.39e38 (bf16's) both mean "masked"."""
+    return masked_errors(g, t, g_dtype, t_dtype)[0]
+
+
+def masked_errors(g: np.ndarray, t: np.ndarray, g_dtype: str, t_dtype: str) -> tuple[float, float | None]:
+    """Relative and absolute error (MaxAbsErr) of a mask-like pair over the elements it lets through. The
+    absolute error is None when other elements are let through: no size of it means anything then. The
+    fill values' own difference (1.3e36 between fp32's and bf16's finfo.min) is no error of the data."""
     v = mask_view(g, t, g_dtype, t_dtype)
     if v.kind != "values" or v.metrics is None:
-        return 0.0 if v.kind == "same" else 1.0
+        return (0.0, 0.0) if v.kind == "same" else (1.0, None)
     terms = [float(x) for x in (v.metrics.get(M.RED), v.metrics.get(M.NORM_MAX_ABS_ERR))
              if isinstance(x, (int, float)) and np.isfinite(x)]
-    return max(terms) if terms else 0.0
+    mae = v.metrics.get(M.MAX_ABS_ERR)
+    return (max(terms) if terms else 0.0,
+            float(mae) if isinstance(mae, (int, float)) and np.isfinite(mae) else None)
