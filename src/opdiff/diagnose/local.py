@@ -11,8 +11,11 @@ import math
 from dataclasses import dataclass
 from statistics import median
 
+import numpy as np
+
 from ..metrics.thresholds import SIGNIFICANT
 from .bounds import leaf_jump, op_kind, output_bound, tight_jump
+from .columns import ROLE_OUTPUT
 from .graph import Graph, Node, Tensor
 from .noise import AMPLIFICATION, UNIT, Noise, Peers
 
@@ -36,9 +39,9 @@ class Event:
 
 
 def inherited(graph: Graph, t: Tensor) -> float:
-    """Largest relative error among the tensors `t` was computed from (0 when none is known)."""
-    errs = [s.err for s in graph.known_sources(t) if s.err is not None]
-    return max(errs) if errs else 0.0
+    """Largest relative error among the tensors `t` was computed from (0 when none is known): Graph.columns
+    computes it for every tensor at once."""
+    return graph.inherited(t)
 
 
 def abs_jump(graph: Graph, noise: Noise, t: Tensor, op: str, node: int) -> float:
@@ -70,35 +73,40 @@ def _root_inputs(graph: Graph) -> set[int]:
 def calibrate(graph: Graph) -> Noise:
     """The noise model of this run: rounding floor of fresh ops, amplification per op type."""
     run_dtype, run_unit = "float32", UNIT["float32"]
-    for t in graph.tensors:
-        d = t.target.dtype if t.target is not None else None
+    for d in dict.fromkeys(t.target.dtype for t in graph.tensors if t.target is not None):  # first-seen order
         if d in UNIT and UNIT[d] > run_unit:
             run_dtype, run_unit = d, UNIT[d]
-    skip = _root_inputs(graph)
-    fresh: list[float] = []
-    fresh_outputs: list[tuple[Tensor, float]] = []  # (output, the error it inherits) where that is within a unit
-    measured: list[tuple[Tensor, float, float]] = []  # (output, its error, the error it inherits)
-    for t in graph.tensors:
-        if t.target is None or t.err is None or not math.isfinite(t.err) or t.unit == 0 or t.id in skip:
-            continue
-        inh = inherited(graph, t)
-        if inh <= t.unit:
-            fresh.append(t.err / t.unit)
-            if t.role == "output":
-                fresh_outputs.append((t, inh))
-        elif t.role == "output" and t.err > 0:
-            measured.append((t, t.err, inh))
+    cols = graph.columns()
+    usable = cols.has_target & cols.known & np.isfinite(cols.err) & (cols.unit != 0)
+    usable[list(_root_inputs(graph))] = False
+    err, unit_, inh = cols.err, cols.unit, cols.inherited
+    fresh_at = usable & (inh <= unit_)
+    fresh = (err[fresh_at] / unit_[fresh_at]).tolist()
+    outputs = cols.role == ROLE_OUTPUT
+    measured_at = usable & ~fresh_at & outputs & (err > 0)  # (output, its error, the error it inherits)
     floor = min(max(median(fresh), 1.0), MAX_FLOOR) if fresh else 1.0
     # an op's amplification is measured where its inputs carry a clear error: on inputs that agree to
     # within noise a large ratio is an error of its own, and calls of one faulty op must not excuse each other
     ratios: dict[str, list[tuple[float, int]]] = {}
-    for t, err, inh in measured:
-        if inh > SIGNIFICANT * floor * t.unit:
-            ratios.setdefault(graph.nodes[t.node].op, []).append((err / inh, t.node))
+    nodes = graph.nodes
+    at = np.flatnonzero(measured_at & (inh > SIGNIFICANT * floor * unit_))
+    for e, i, n in zip(err[at].tolist(), inh[at].tolist(), cols.node[at].tolist()):
+        ratios.setdefault(nodes[n].op, []).append((e / i, n))
     for rs in ratios.values():
         rs.sort(reverse=True)
+    # _peers reads only calls in a narrow float dtype: only those are handed over, as tensors, in the same order
+    narrow = unit_ > UNIT["float32"]
+    ts = graph.tensors
+    measured = [(ts[i], e, h) for i, e, h in zip(*(x.tolist() for x in _at(measured_at & narrow, err, inh)))]
+    fresh_outputs = [(ts[i], h) for i, _, h in zip(*(x.tolist() for x in _at(fresh_at & outputs & narrow, err, inh)))]
     return Noise(floor=floor, amplification=AMPLIFICATION, per_op=ratios, run_unit=run_unit, run_dtype=run_dtype,
                  peers=_peers(graph, fresh_outputs, measured, floor))
+
+
+def _at(mask: np.ndarray, err: np.ndarray, inh: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tensor ids where `mask` holds, with their errors and inherited errors."""
+    at = np.flatnonzero(mask)
+    return at, err[at], inh[at]
 
 
 def _peers(graph: Graph, fresh: list[tuple[Tensor, float]], measured: list[tuple[Tensor, float, float]],
