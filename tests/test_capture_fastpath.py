@@ -4,6 +4,8 @@ one kernel call, Stats.to_json by hand, index lines written without a writer thr
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import threading
 
 import numpy as np
@@ -17,6 +19,7 @@ from opdiff.capture import stats_kernel as K
 from opdiff.capture.torch.tensors import stats_of
 from opdiff.store.format import numpy_dtype
 from opdiff.store.stats import tensor_stats
+from opdiff.store.writer import dumps_line
 
 DTYPES = ["float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int64", "int32", "int16",
           "int8", "uint8", "uint16", "uint32", "uint64", "bool"]
@@ -97,3 +100,17 @@ def test_a_stats_capture_writes_without_a_thread_and_a_tensor_capture_with_one(t
     assert seen == {"stats": False, "tensor": True}
     a, b = opdiff.load(tmp_path / "stats"), opdiff.load(tmp_path / "tensor")
     assert [r.name for r in a] == [r.name for r in b] and all(x.stats == y.stats for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("obj", [
+    {"a": 1, "b": [1.5, -0.0, 1e-300, 3.0e300], "c": "ümlaut \" \\ \n", "d": None, "e": True},
+    {"nan": math.nan, "inf": math.inf, "ninf": -math.inf, "t": (1, 2), "np": np.float64(0.1), "i": np.int64(3).item()},
+    {"nested": {"x": [{"y": []}, {}], "k": "v"}},
+])
+def test_index_lines_are_json_dumps_text(obj):
+    assert dumps_line(obj) == json.dumps(obj, separators=(",", ":"))
+
+
+def test_an_unwritable_value_in_a_line_is_the_same_type_error():
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        dumps_line({"x": object()})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -89,6 +90,11 @@ def test_unsupported_tensors_are_skipped_not_fatal():
     assert dtype_name(torch.zeros(3, dtype=torch.complex64)) is None
     assert dtype_name(torch.zeros(3).to_sparse()) is None
     assert dtype_name(torch.zeros(3, device="meta")) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch deprecates quantized tensors and warns on making nested ones
+        assert dtype_name(torch.quantize_per_tensor(torch.zeros(3), 0.1, 0, torch.qint8)) is None
+        assert dtype_name(torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])) is None
+    assert dtype_name(torch.zeros(3, dtype=torch.bfloat16)) == "bfloat16"
 
 
 def test_a_forked_child_measures_large_tensors():

@@ -39,7 +39,8 @@ def test_a_mask_fill_is_no_absolute_error():
 
 # (arch, class, level, culprit, what the summary says): before, the module-level ones were `drift`, the aten-level
 # ones blamed the attention (aten.bmm of the scores) that reads the LayerNorm's output
-ATTN, NORM = "its own code between its children", "it enters at"
+ATTN = ("its own code between its children",)
+NORM = ("it enters at", "the error is its own")  # walked back from compare's failure, or found by the bf16 allowance
 CASES = [
     ("gemma2", "mask_ignored", "module", "model.layers.1.self_attn", ATTN),
     ("gemma2", "mask_shifted", "module", "model.layers.1.self_attn", ATTN),
@@ -55,7 +56,7 @@ def test_bf16_fault_is_named_where_it_enters(arch, klass, level, culprit, phrase
     rec = run(Case(arch, klass, level, "bf16"), tmp_path)
     assert rec["oracle"]["valid"], rec["oracle"]
     assert (rec["verdict"], rec["culprit"], rec["grade"]) == ("fault", culprit, grade.EXACT), rec
-    assert phrase in rec["summary"], rec["summary"]
+    assert any(p in rec["summary"] for p in phrase), rec["summary"]
 
 
 def _eager_llama():

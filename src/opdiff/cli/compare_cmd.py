@@ -128,8 +128,7 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
     # the verdict first: the report files (XLSX alone takes seconds on big comparisons) are written
     # after it, before the command returns; each to a temporary file renamed into place
     report.render(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
-    for f, path in zip(fmts, paths):
-        report.write(cmp, f, path)
+    report.write_many(cmp, list(zip(fmts, paths)))  # CSV and XLSX in one pass over the rows
     _say_steps(cmp, allow_unmatched)
     ranks_failed = parallel_report(g, t, cmp.results, th, out_dir)
     return 0 if cmp.passed(allow_unmatched) and not ranks_failed else 1

@@ -194,17 +194,18 @@ def _source(dump: Dump, rec: Record) -> TensorSource:
                                   f"{rec.dtype}{list(rec.shape)}")
         return TensorSource(dtype=dtype_name(src.dtype), shape=tuple(rec.shape), array=src.reshape(-1),
                             hash=rec.hash, label=rec.name)
-    if src.dtype != rec.dtype or src.numel != rec.numel:  # a scalar stored as [1] is the same data
+    # a scalar stored as [1] is the same data
+    if src.dtype != rec.dtype or (src.shape != rec.shape and src.numel != rec.numel):
         raise TensorDataError(f"{src.path}: tensor {rec.name!r} is {src.dtype}{list(src.shape)} in the file but "
                               f"{rec.dtype}{list(rec.shape)} in the record")
-    return TensorSource(dtype=src.dtype, shape=tuple(rec.shape), path=src.path, offset=src.offset, hash=rec.hash,
-                        label=rec.name)
+    shape = rec.shape if type(rec.shape) is tuple else tuple(rec.shape)
+    return TensorSource(src.dtype, shape, None, src.path, src.offset, rec.hash, rec.name)
 
 
 def _range(rec: Record) -> tuple[float | None, float | None, float] | None:
     """(min, max, shift) from the record's statistics, so the kernel needs no extra pass."""
     s = rec.stats
-    if s is None or (rec.numel and s.min is None and not (s.nan or s.posinf or s.neginf)):
+    if s is None or (s.min is None and rec.numel and not (s.nan or s.posinf or s.neginf)):
         return None
     return s.min, s.max, s.mean if s.mean is not None else 0.0
 
@@ -398,8 +399,8 @@ def compare_subset(golden: Dump, target: Dump, plan: PairPlan, positions: list[i
 def _batchable(g: Record | None, t: Record | None, mode: str) -> bool:
     """A pair compare_pair would compare on tensor data, small enough to join a batch."""
     return (g is not None and t is not None and 0 < g.numel <= SMALL_PAIR and not g.extra.get(DAMAGED)
-            and not t.extra.get(DAMAGED) and not needs_counts(g, t) and tuple(g.shape) == tuple(t.shape)
-            and _pair_mode(mode, g, t)[0] == "tensor")
+            and not t.extra.get(DAMAGED) and not needs_counts(g, t)
+            and (g.shape == t.shape or tuple(g.shape) == tuple(t.shape)) and _pair_mode(mode, g, t)[0] == "tensor")
 
 
 def small_pair_metrics(golden: Dump, target: Dump, pairs: list[Pair], positions: list[int], mode: str,

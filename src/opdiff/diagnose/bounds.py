@@ -183,12 +183,20 @@ def leaf_jump(graph: Graph, t: Tensor) -> float | None:
     return t.err / (CAST * u) if u > unit(t.golden.dtype) else None
 
 
+def inplace_jump(t: Tensor) -> float | None:
+    """An input the target's call changed in place while golden's call left it alone (inplace.py): a correct
+    call leaves it exactly as it was handed, so a change beyond one rounding is the call's own."""
+    if t.moved is None or t.unit == 0 or not math.isfinite(t.moved):
+        return None
+    return t.moved / (CAST * t.unit)
+
+
 BOUNDS: tuple[Callable[[Graph, Tensor], float | None], ...] = (output_bound, handover_bound)
 
 
 def tight_jump(graph: Graph, t: Tensor) -> float | None:
     """How far `t`'s error exceeds the tight bound of its kind (> 1: its own), None when no bound applies."""
-    for leaf in (parameter_jump(t), leaf_jump(graph, t)):
+    for leaf in (parameter_jump(t), leaf_jump(graph, t), inplace_jump(t)):
         if leaf is not None:
             return leaf
     for bound in BOUNDS:

@@ -21,7 +21,8 @@ from ..metrics import names as M
 from ..metrics.masks import mask_pair, masked_errors
 from ..metrics.thresholds import unit
 from ..store import Dump
-from .inplace import inplace_error
+from .columns import ROLE_CODE, ROLE_OTHER, Columns, Seed, columns
+from .inplace import inplace_change, inplace_error
 from .noise import pair_error
 
 
@@ -38,6 +39,7 @@ class Tensor:
     node: int = -1  # the target node it belongs to (-1: golden only)
     abs_err: float | None = None  # MaxAbsErr when real data was compared
     order: int = -1  # index of the target record (execution order); -1 when golden only
+    moved: float | None = None  # a target-only in-place record: its change from the input its call was handed
 
     @property
     def rec(self) -> Record:
@@ -92,6 +94,8 @@ class Graph:
     direction: str = "forward"  # the pass the graph is of: forward | backward | update
     _in_order: list[Tensor] | None = field(default=None, repr=False)  # in_order(), computed once
     _known: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)  # known_sources() at the default depth
+    _columns: Columns | None = field(default=None, repr=False)  # columns(), computed once
+    _seed: Seed | None = field(default=None, repr=False)  # what build's loop already knew of each tensor (columns.py)
 
     def __post_init__(self) -> None:
         for inp, out in self.producer.items():
@@ -117,6 +121,18 @@ class Graph:
         """Forget what was derived from the nodes' tensors: call after moving tensors between nodes."""
         self._known.clear()
         self._ends.clear()
+        self._columns = None
+        self._seed = None
+
+    def columns(self) -> Columns:
+        """Per-tensor quantities as numpy columns over tensor ids (columns.py): computed once, shared by the rules."""
+        if self._columns is None or len(self._columns.err) != len(self.tensors):
+            self._columns = columns(self, self._seed)
+        return self._columns
+
+    def inherited(self, t: Tensor) -> float:
+        """Largest relative error among the tensors `t` was computed from (0 when none is known)."""
+        return float(self.columns().inherited[t.id])
 
     def node_of(self, t: Tensor) -> Node | None:
         return self.nodes[t.node] if t.node >= 0 else None
@@ -365,22 +381,46 @@ SCOPE = 32  # how many finished children of a module its own code is assumed to 
 ISLAND_SHARE = 0.05  # a narrower dtype in fewer than this share of the target's float pairs is an island
 
 
-def _wide_unit(tensors: list[Tensor], islands: set[str]) -> float:
+DtypePairs = dict[tuple[str | None, str | None], int]  # (golden dtype, target dtype) -> pairs, first seen first
+
+
+def dtype_pairs(tensors: list[Tensor]) -> DtypePairs:
+    """How many tensors hold each (golden dtype, target dtype) pair (build counts them in its loop)."""
+    out: DtypePairs = {}
+    for t in tensors:
+        key = (t.golden.dtype if t.golden is not None else None, t.target.dtype if t.target is not None else None)
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _side_counts(pairs: DtypePairs, side: int) -> Counter[str]:
+    """Tensors per dtype on one side (0 golden, 1 target), in first-seen order."""
+    out: Counter[str] = Counter()
+    for key, n in pairs.items():
+        d = key[side]
+        if d is not None:
+            out[d] += n
+    return out
+
+
+def _wide_unit(pairs: DtypePairs, islands: set[str]) -> float:
     """The coarsest rounding unit of the float dtypes the target computes in widely (islands aside)."""
-    dtypes = {t.target.dtype for t in tensors if t.target is not None}
+    dtypes = {key[1] for key in pairs if key[1] is not None}
     return max((unit(d) for d in dtypes if d not in islands and unit(d) > 0), default=0.0)
 
 
-def hold_islands(tensors: list[Tensor]) -> set[str]:
+def hold_islands(tensors: list[Tensor], pairs: DtypePairs | None = None) -> set[str]:
     """Float dtypes narrower than golden's that the target uses only in a few places (one op computed in
     fp16 in an fp32 run): pairs in them are held to golden's rounding, as a precision bug is not the
-    run's precision. Returns those island dtypes."""
-    g_all = Counter(t.golden.dtype for t in tensors if t.golden is not None)
+    run's precision. Returns those island dtypes. `pairs`: dtype_pairs(tensors), when already counted."""
+    if pairs is None:
+        pairs = dtype_pairs(tensors)
+    g_all = _side_counts(pairs, 0)
     golden_dtypes = Counter({d: n for d, n in g_all.items() if unit(d) > 0})  # first-seen order kept, as before
     if not golden_dtypes:
         return set()
     base = unit(golden_dtypes.most_common(1)[0][0])
-    t_all = Counter(t.target.dtype for t in tensors if t.target is not None)
+    t_all = _side_counts(pairs, 1)
     target_dtypes = {d: n for d, n in t_all.items() if unit(d) > 0}
     total = sum(target_dtypes.values())
     islands = {d for d, n in target_dtypes.items() if unit(d) > base and n < ISLAND_SHARE * total}
@@ -405,7 +445,12 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     node_ids: dict[str, int] = {}
     by_name: dict[str, int] = {}
     levels: set[str] = set()
-    units = _UnitCache()
+    units: dict[tuple[str | None, str | None], float] = {}  # unit() per dtype pair seen (a run has a handful)
+    seen: DtypePairs = {}
+    add, errors = tensors.append, _errors
+    seed = Seed()
+    add_err, add_unit, add_node, add_role = seed.err.append, seed.unit.append, seed.node.append, seed.role.append
+    roles = ROLE_CODE
     for p in pairs:
         g, t = p.golden, p.target
         rec = t if t is not None else g
@@ -413,38 +458,60 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
         if rec.direction != direction:
             continue
         tid = len(tensors)
-        err, abs_err = _errors(p, golden, target)
-        tensor = Tensor(tid, p, g, t, err, units.of(g, t), abs_err=abs_err, order=t.index if t is not None else -1)
-        tensors.append(tensor)
+        err, abs_err = errors(p, golden, target)
+        key = (g.dtype if g is not None else None, t.dtype if t is not None else None)
+        u = units.get(key)
+        if u is None:
+            u = units[key] = unit(*key)
+            seen[key] = 1
+        else:
+            seen[key] += 1
+        add_err(err)
+        add_unit(u)
         if t is None:
+            add(Tensor(tid, p, g, t, err, u, -1, abs_err, -1))
             golden_only.append(tid)
+            add_node(-1)
+            add_role(ROLE_OTHER)
             continue
-        levels.add(t.level)
-        by_name[t.name] = tid
+        idx = t.index
         nid = node_ids.get(t.node)
         if nid is None:
             nid = node_ids[t.node] = len(nodes)
-            n = Node(nid, t.node, t.module, t.op, t.level, t.index, t.index)
+            n = Node(nid, t.node, t.module, t.op, t.level, idx, idx, [], [], [], None, [], None)
             nodes.append(n)
+            levels.add(t.level)
         else:
             n = nodes[nid]
-            if t.index < n.start:
-                n.start = t.index
-            elif t.index > n.end:
-                n.end = t.index
+            if idx < n.start:
+                n.start = idx
+            elif idx > n.end:
+                n.end = idx
+            if t.level is not n.level:
+                levels.add(t.level)
+        tensor = Tensor(tid, p, g, t, err, u, nid, abs_err, idx)
+        if g is None and err is not None:
+            tensor.moved = inplace_change(p, target)
+        add(tensor)
+        by_name[t.name] = tid
         if g is not None and n.golden is None and err is not None:
             n.golden = g.node
-        tensor.node = nid
         role = t.role
         (n.inputs if role == "input" else n.params if role == "parameter" else n.outputs).append(tid)
-    islands = hold_islands(tensors)
+        add_node(nid)
+        add_role(roles.get(role, ROLE_OTHER))
+    islands = hold_islands(tensors, seen)
+    if islands:  # units changed after the loop
+        seed.unit = [x.unit for x in tensors]
     order = sorted((x for x in tensors if x.target is not None), key=_by_order)  # order: the target's index
     _nest(nodes)
     root = _root(nodes)
     producer = _producers(order, by_name, tensors)
-    # computed now, from the records as built (backward.wire_output_grads later adds tensors and changes roles)
+    # the passthrough set is taken from the records as built: the backward pass changes tensors and roles later
+    # (backward.wire_output_grads), so it is computed now there; other passes compute it when blame first asks
+    passthrough = _golden_passthrough(tensors) if direction == "backward" else None
     return Graph(tensors, nodes, root, producer, golden_only, levels, islands=islands, direction=direction,
-                 _in_order=order, _passthrough=_golden_passthrough(tensors), wide_unit=_wide_unit(tensors, islands))
+                 _in_order=order, _passthrough=passthrough, wide_unit=_wide_unit(seen, islands), _seed=seed)
 
 
 def _by_order(t: Tensor) -> int:
@@ -507,9 +574,13 @@ def _golden_passthrough(tensors: list[Tensor]) -> set[int]:
 
 
 def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tensor]) -> dict[int, int]:
-    """For each input tensor, the earlier output (or parameter) it is: from Record.src, else by content."""
+    """For each input tensor, the earlier output (or parameter) it is: from Record.src, else by content.
+
+    Content keys are computed from the first input without a usable src link on (api/aten dumps link nearly
+    all inputs): until then outputs are only listed, and keyed when that input comes."""
     producer: dict[int, int] = {}
-    last_output: dict[object, int] = {}
+    last_output: dict[object, int] | None = None  # content key -> latest output; None: not needed yet
+    outputs: list[Tensor] = []  # outputs and parameters seen before content keys were needed
     for t in order:
         r = t.target
         assert r is not None
@@ -522,11 +593,26 @@ def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tenso
                 if p is not None:
                     producer[t.id] = p
             else:
+                if last_output is None:
+                    last_output = _content_keys(outputs)
                 key = _identity_key(r)
                 if key is not None and key in last_output:
                     producer[t.id] = last_output[key]
         elif r.role in ("output", "parameter"):
-            key = _identity_key(r)
-            if key is not None:
-                last_output[key] = t.id
+            if last_output is None:
+                outputs.append(t)
+            else:
+                key = _identity_key(r)
+                if key is not None:
+                    last_output[key] = t.id
     return producer
+
+
+def _content_keys(outputs: list[Tensor]) -> dict[object, int]:
+    """Content key -> the last of `outputs` (in order) that has it."""
+    out: dict[object, int] = {}
+    for t in outputs:
+        key = _identity_key(t.target)
+        if key is not None:
+            out[key] = t.id
+    return out

@@ -13,6 +13,7 @@ import math
 
 from ..base.errors import DumpError
 from ..base.pair import PairResult
+from ..base.record import Record
 from ..metrics import names as M
 from ..metrics.tensor import tensor_metrics
 from ..store import Dump
@@ -29,10 +30,29 @@ def inplace_error(p: PairResult, golden: Dump | None, target: Dump | None) -> fl
     g = golden.get(name) if isinstance(name, str) else None
     if g is None or not g.has_data or g.shape != t.shape:
         return None
+    return _relative(golden, g, target, t)
+
+
+def _relative(a_dump: Dump, a: Record, b_dump: Dump, b: Record) -> float | None:
+    """max(RelativeEuclideanDistance, MaxAbsErr / max|a|) of b against a (None: unreadable)."""
     try:
-        m = tensor_metrics(golden.tensor(g), target.tensor(t))
+        m = tensor_metrics(a_dump.tensor(a), b_dump.tensor(b))
     except (DumpError, ValueError, TypeError):
         return None
     terms = [float(x) for x in (m.get(M.RED), m.get(M.NORM_MAX_ABS_ERR))
              if isinstance(x, (int, float)) and math.isfinite(float(x))]
     return max(terms) if terms else None
+
+
+def inplace_change(p: PairResult, target: Dump | None) -> float | None:
+    """How much a target-only in-place record moved from the value its call was handed (the target's own input
+    record), relative to that input's scale: 0 for a call that leaves it alone (golden's does: it has no such
+    record). None when it is not one or the data is not at hand."""
+    t = p.target
+    if p.golden is not None or t is None or target is None or not t.has_data:
+        return None
+    name = (t.extra or {}).get(KEY)
+    before = target.get(name) if isinstance(name, str) else None
+    if before is None or not before.has_data or before.shape != t.shape or before.dtype != t.dtype:
+        return None
+    return _relative(target, before, target, t)

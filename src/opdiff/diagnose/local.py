@@ -11,10 +11,13 @@ import math
 from dataclasses import dataclass
 from statistics import median
 
+import numpy as np
+
 from ..metrics.thresholds import SIGNIFICANT
 from .bounds import leaf_jump, op_kind, output_bound, tight_jump
+from .columns import ROLE_OUTPUT
 from .graph import Graph, Node, Tensor
-from .noise import AMPLIFICATION, UNIT, Noise
+from .noise import AMPLIFICATION, UNIT, Noise, Peers
 
 MAX_FLOOR = 8.0
 REACH = 0.125  # an error already judged an op's own reaches a reader showing 1/8 of a fresh event's threshold
@@ -36,15 +39,15 @@ class Event:
 
 
 def inherited(graph: Graph, t: Tensor) -> float:
-    """Largest relative error among the tensors `t` was computed from (0 when none is known)."""
-    errs = [s.err for s in graph.known_sources(t) if s.err is not None]
-    return max(errs) if errs else 0.0
+    """Largest relative error among the tensors `t` was computed from (0 when none is known): Graph.columns
+    computes it for every tensor at once."""
+    return graph.inherited(t)
 
 
 def abs_jump(graph: Graph, noise: Noise, t: Tensor, op: str, node: int) -> float:
     """The same test on absolute errors (MaxAbsErr): an op like cos or a scaling multiplies relative
     error without adding any of its own; its absolute error stays that of its inputs."""
-    errs = [s.abs_err for s in graph.known_sources(t)]
+    errs = [_abs_error(s) for s in graph.known_sources(t)]
     known = [e for e in errs if e is not None]
     if t.abs_err is None or not errs or len(known) < len(errs):
         return math.inf
@@ -52,6 +55,13 @@ def abs_jump(graph: Graph, noise: Noise, t: Tensor, op: str, node: int) -> float
     if inh == 0:
         return math.inf
     return t.abs_err / (noise.allowance(op, node) * inh)
+
+
+def _abs_error(t: Tensor) -> float | None:
+    """A source's absolute error for the abs test: none when its pair agrees (err 0). A mask agrees on its
+    unmasked elements while its fill values differ by ~1e36 (fp32's finfo.min against bf16's): that MaxAbsErr
+    is no error it brings, and taken as one it excused any output (a bf16 block adding its residual twice)."""
+    return 0.0 if t.err == 0 else t.abs_err
 
 
 def _root_inputs(graph: Graph) -> set[int]:
@@ -63,31 +73,51 @@ def _root_inputs(graph: Graph) -> set[int]:
 def calibrate(graph: Graph) -> Noise:
     """The noise model of this run: rounding floor of fresh ops, amplification per op type."""
     run_dtype, run_unit = "float32", UNIT["float32"]
-    for t in graph.tensors:
-        d = t.target.dtype if t.target is not None else None
+    for d in dict.fromkeys(t.target.dtype for t in graph.tensors if t.target is not None):  # first-seen order
         if d in UNIT and UNIT[d] > run_unit:
             run_dtype, run_unit = d, UNIT[d]
-    skip = _root_inputs(graph)
-    fresh: list[float] = []
-    measured: list[tuple[Tensor, float, float]] = []  # (output, its error, the error it inherits)
-    for t in graph.tensors:
-        if t.target is None or t.err is None or not math.isfinite(t.err) or t.unit == 0 or t.id in skip:
-            continue
-        inh = inherited(graph, t)
-        if inh <= t.unit:
-            fresh.append(t.err / t.unit)
-        elif t.role == "output" and t.err > 0:
-            measured.append((t, t.err, inh))
+    cols = graph.columns()
+    usable = cols.has_target & cols.known & np.isfinite(cols.err) & (cols.unit != 0)
+    usable[list(_root_inputs(graph))] = False
+    err, unit_, inh = cols.err, cols.unit, cols.inherited
+    fresh_at = usable & (inh <= unit_)
+    fresh = (err[fresh_at] / unit_[fresh_at]).tolist()
+    outputs = cols.role == ROLE_OUTPUT
+    measured_at = usable & ~fresh_at & outputs & (err > 0)  # (output, its error, the error it inherits)
     floor = min(max(median(fresh), 1.0), MAX_FLOOR) if fresh else 1.0
     # an op's amplification is measured where its inputs carry a clear error: on inputs that agree to
     # within noise a large ratio is an error of its own, and calls of one faulty op must not excuse each other
     ratios: dict[str, list[tuple[float, int]]] = {}
-    for t, err, inh in measured:
-        if inh > SIGNIFICANT * floor * t.unit:
-            ratios.setdefault(graph.nodes[t.node].op, []).append((err / inh, t.node))
+    nodes = graph.nodes
+    at = np.flatnonzero(measured_at & (inh > SIGNIFICANT * floor * unit_))
+    for e, i, n in zip(err[at].tolist(), inh[at].tolist(), cols.node[at].tolist()):
+        ratios.setdefault(nodes[n].op, []).append((e / i, n))
     for rs in ratios.values():
         rs.sort(reverse=True)
-    return Noise(floor=floor, amplification=AMPLIFICATION, per_op=ratios, run_unit=run_unit, run_dtype=run_dtype)
+    # _peers reads only calls in a narrow float dtype: only those are handed over, as tensors, in the same order
+    narrow = unit_ > UNIT["float32"]
+    ts = graph.tensors
+    measured = [(ts[i], e, h) for i, e, h in zip(*(x.tolist() for x in _at(measured_at & narrow, err, inh)))]
+    fresh_outputs = [(ts[i], h) for i, _, h in zip(*(x.tolist() for x in _at(fresh_at & outputs & narrow, err, inh)))]
+    return Noise(floor=floor, amplification=AMPLIFICATION, per_op=ratios, run_unit=run_unit, run_dtype=run_dtype,
+                 peers=_peers(graph, fresh_outputs, measured, floor))
+
+
+def _at(mask: np.ndarray, err: np.ndarray, inh: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tensor ids where `mask` holds, with their errors and inherited errors."""
+    at = np.flatnonzero(mask)
+    return at, err[at], inh[at]
+
+
+def _peers(graph: Graph, fresh: list[tuple[Tensor, float]], measured: list[tuple[Tensor, float, float]],
+           floor: float) -> dict[str, Peers]:
+    """What each op type's calls in a narrow float dtype show: output error over the larger of the inherited
+    error and the floor (Noise.allowance)."""
+    peers: dict[str, Peers] = {}
+    for t, err, inh in measured + [(t, t.err or 0.0, inh) for t, inh in fresh]:
+        if t.unit > UNIT["float32"]:
+            peers.setdefault(graph.nodes[t.node].op, Peers()).add(err / max(inh, floor * t.unit), t.node)
+    return peers
 
 
 def events(graph: Graph, noise: Noise) -> list[Event]:
@@ -130,16 +160,20 @@ def propagates(graph: Graph, noise: Noise, t: Tensor, judged: bool = False) -> b
     """
     if graph.is_model_output(t):
         return True
+    if judged and graph.module_level and t.moved is not None:
+        return True  # changed in place: its caller goes on using it, in code a module-level dump does not record
     readers = graph.consumer_nodes(t)
     if not readers:  # the update's results are what the next step reads: they always matter
         return graph.module_level or t.role == "parameter" or graph.direction == "update" or not graph.producer
     if inserted_input(graph, t):
         return _reaches(graph, noise, t, PROPAGATION_HOPS, set())
+    siblings = set(graph.nodes[t.node].outputs) if t.role == "output" and t.node >= 0 else {t.id}
     for node, via in readers:
         outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
         if not outs:
             return True  # an op golden does not have, or outputs not recorded: cannot tell
-        if any(_shows(graph, noise, node, o, via, judged or t.role == "input") for o in outs):
+        same = {i for i in node.inputs + node.params if i == via or graph.producer.get(i) in siblings}
+        if any(_shows(graph, noise, node, o, via, judged or t.role == "input", same) for o in outs):
             return True
     return False
 
@@ -175,11 +209,13 @@ def _reaches(graph: Graph, noise: Noise, t: Tensor, hops: int, seen: set[int]) -
     return False
 
 
-def _shows(graph: Graph, noise: Noise, node: Node, out: Tensor, via: int, carried: bool) -> bool:
-    """Whether a reader's output carries more error than its inputs other than `via` explain: a sum carries
-    an event's error or a changed input (`carried`) into its output (only an equal and opposite error
-    cancels it); a reader of a tight kind must exceed its bound without `via` (bounds.py); any other must
-    show REACH of a fresh event's threshold beyond what its other inputs bring."""
+def _shows(graph: Graph, noise: Noise, node: Node, out: Tensor, via: int, carried: bool,
+           same: set[int] | None = None) -> bool:
+    """Whether a reader's output carries more error than its inputs other than `via` explain (nor `same`: its
+    other inputs made by the same call as `via`, as rotary cos and sin are): a sum carries an event's error
+    or a changed input (`carried`) into its output (only an equal and opposite error cancels it); a reader of a
+    tight kind must exceed its bound without `via` (bounds.py); any other must show REACH of a fresh event's
+    threshold beyond what its other inputs bring."""
     if out.err is None:
         return False
     if carried and op_kind(node.op) == "sum" and out.abs_err:
@@ -187,7 +223,8 @@ def _shows(graph: Graph, noise: Noise, node: Node, out: Tensor, via: int, carrie
     bound = output_bound(graph, out, skip=via)
     if bound is not None and out.abs_err is not None:
         return out.abs_err > bound
-    others = [graph.tensors[s] for s in node.inputs + node.params if s != via]
+    same = same or {via}
+    others = [graph.tensors[s] for s in node.inputs + node.params if s not in same]
     inh = max((_background(graph, noise, o) for o in others), default=0.0)
     return out.err > max(noise.threshold(out.unit, inh, node.op, node.id) * REACH, noise.allowance(node.op, node.id) * inh)
 

@@ -24,6 +24,11 @@ UNIT: dict[str, float] = ROUNDING_UNIT  # the largest relative error one roundin
 #   max(SIGNIFICANT * floor * unit, AMPLIFICATION * inherited error)
 AMPLIFICATION = 8.0  # how much an op may legitimately amplify the relative error of its inputs
 DRIFT = 16.0  # output error (in units of the run's coarsest precision) above which error has drifted
+# a fresh op's own error where its pair is in a narrow float dtype (fp16, bf16, fp8): kernels accumulate in fp32 and
+# round their output once, so a correct op shows a few units; 32 (SIGNIFICANT) hid a bf16 norm eps of 15 units
+NARROW_SIGNIFICANT = 8.0
+PEER_MIN = 2.0  # the least amplification allowed where other calls of an op type show how much it amplifies
+PEERS = 2  # other calls of an op type needed before they set its amplification
 
 
 def is_float(dtype: str | None) -> bool:
@@ -123,6 +128,25 @@ def _discrete_error(m: Metrics, g: Record, t: Record) -> float:
 
 
 @dataclass
+class Peers:
+    """What the calls of one op type show (Noise.allowance): each call's largest ratio, and the two largest."""
+
+    best: dict[int, float] = field(default_factory=dict)  # node id -> its largest ratio
+    top: list[tuple[float, int]] = field(default_factory=list)  # the two largest (ratio, node), distinct nodes
+
+    def add(self, ratio: float, node: int) -> None:
+        if ratio <= self.best.get(node, -1.0):
+            return
+        self.best[node] = ratio
+        self.top = sorted([x for x in self.top if x[1] != node] + [(ratio, node)], reverse=True)[:2]
+
+    def others(self, node: int) -> tuple[int, float]:
+        """How many other calls were measured, and the largest ratio among them."""
+        n = len(self.best) - (node in self.best)
+        return n, next((r for r, m in self.top if m != node), 0.0)
+
+
+@dataclass
 class Noise:
     """The calibrated noise model of one comparison."""
 
@@ -132,17 +156,31 @@ class Noise:
     per_op: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     run_unit: float = UNIT["float32"]  # rounding unit of the coarsest float dtype the target ran in
     run_dtype: str = "float32"
+    narrow: float = NARROW_SIGNIFICANT  # units of its own a fresh op in a narrow float dtype may show
+    # op type -> output error / max(inherited, floor units) of its calls in a narrow float dtype
+    peers: dict[str, Peers] = field(default_factory=dict)
 
     def allowance(self, op: str, node: int) -> float:
-        """Amplification allowed to one call: the default, or twice what other calls of its op show."""
+        """Amplification allowed to one call: the default, or twice what other calls of its op show (where its
+        inputs clearly differ; in a narrow dtype, where PEERS other calls were measured at all, which may tighten
+        it: eight in every layer's LayerNorm hid an eps change when the others show 1.5). A call's own ratio never
+        counts."""
+        base = self.amplification
         for ratio, n in self.per_op.get(op, ()):
-            if n != node:  # a call's own ratio must not excuse itself
-                return max(self.amplification, 2.0 * ratio)
-        return self.amplification
+            if n != node:
+                base = max(self.amplification, 2.0 * ratio)
+                break
+        peers = self.peers.get(op)
+        if peers is not None:
+            n, ratio = peers.others(node)
+            if n >= PEERS:
+                return min(base, max(PEER_MIN, 2.0 * ratio))
+        return base
 
     def threshold(self, unit_: float, inherited: float, op: str = "", node: int = -1) -> float:
         """The error above which an op's output is its own error, not noise or inheritance."""
-        return max(SIGNIFICANT * self.floor * unit_, self.allowance(op, node) * inherited)
+        sig = self.narrow if unit_ > UNIT["float32"] else SIGNIFICANT  # narrow: fp16, bf16, fp8
+        return max(sig * self.floor * unit_, self.allowance(op, node) * inherited)
 
     def agrees(self, err: float | None, unit_: float) -> bool:
         """Whether an error is within the noise of a fresh computation (no inheritance allowed)."""
@@ -156,6 +194,7 @@ class Noise:
         return {
             "floor_units": self.floor,
             "significant_units": SIGNIFICANT,
+            "narrow_significant_units": self.narrow,
             "amplification": self.amplification,
             "run_dtype": self.run_dtype,
             "run_unit": self.run_unit,

@@ -30,8 +30,8 @@ def _counts(t: Tensor) -> dict[str, int]:
 def first_overflow(graph: Graph) -> Overflow | None:
     """The first target tensor with more inf/nan than golden, computed from finite tensors."""
     for t in graph.in_order():
-        n_t = nonfinite(t.target.stats if t.target is not None else None)
-        if n_t == 0:
+        s = t.target.stats if t.target is not None else None
+        if s is None or not (s.nan or s.posinf or s.neginf):  # nonfinite(s) == 0, inline: this walks every tensor
             continue
         gs = t.golden.stats if t.golden is not None else None
         n_g = nonfinite(gs)
@@ -74,8 +74,10 @@ def _target_stats(t: Tensor) -> Stats | None:
 def golden_overflows(graph: Graph) -> Record | None:
     """The golden record of the first tensor where golden itself has inf/nan: worth a warning."""
     for t in graph.tensors:
-        if t.golden is not None and nonfinite(t.golden.stats):
-            return t.golden
+        g = t.golden
+        s = g.stats if g is not None else None
+        if s is not None and (s.nan or s.posinf or s.neginf):  # nonfinite(s), inline: this walks every tensor
+            return g
     return None
 
 

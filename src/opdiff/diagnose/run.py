@@ -142,7 +142,10 @@ def confirm_or_say_why(diag: Diagnosis, make: Callable[[], Patcher], what: str) 
 
 def _own_records(pairs: list[PairResult], direction: str) -> list[PairResult]:
     """The pairs a pass answers for: its own direction's (a backward-only record does not make the forward pass
-    inconclusive); the forward pass also those of a pass where nothing pairs, which is not diagnosed itself."""
+    inconclusive); the forward pass also those of a pass where nothing pairs, which is not diagnosed itself.
+    All of them when every pair is of that direction (one walk, not two)."""
+    if all(p.record.direction == direction for p in pairs):
+        return pairs
     paired = {p.record.direction for p in pairs if p.golden is not None and p.target is not None}
     return [p for p in pairs if p.record.direction == direction or direction == "forward" and p.record.direction not in paired]
 

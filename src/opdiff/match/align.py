@@ -46,7 +46,7 @@ ONLY_GOLDEN_GRAPH = "only in the golden graph: removed or rewritten by graph opt
 ONLY_TARGET_GRAPH = "only in the target graph: made by graph optimization"
 
 
-@dataclass
+@dataclass(slots=True)
 class Pair:
     """A golden record and its target counterpart; one side is None when it has none."""
 

@@ -19,7 +19,7 @@ import xxhash
 from ..base.pair import Metrics
 from ..store.format import numpy_dtype
 from . import kernel as K
-from .tensor import F16, F32, TensorDataError, TensorSource, Workspace, _kl_norm, finalize, kernel_dtype, na_metrics
+from .tensor import F16, F32, TensorDataError, TensorSource, Workspace, _kl_norm, finalize_rows, kernel_dtype, na_metrics
 
 SMALL_PAIR = 1 << 14  # elements per side: a pair at most this big is compared in a batch
 GAP = 4096  # bytes between two tensors of a file that one read still spans
@@ -44,47 +44,49 @@ def batch_metrics(items: list[PairItem], ws: Workspace) -> list[Metrics | None]:
     gold = read_sources([it.golden for it in items], ws)
     targ = read_sources([it.target for it in items], ws)
     groups: dict[tuple[np.dtype, np.dtype], list[int]] = defaultdict(list)
+    numels = [it.golden.numel for it in items]
     for k, it in enumerate(items):
         g, t = gold[k], targ[k]
-        if tuple(it.golden.shape) != tuple(it.target.shape):
+        if it.golden.shape != it.target.shape and tuple(it.golden.shape) != tuple(it.target.shape):
             continue  # pair_metrics says why
-        if it.golden.numel == 0:
+        if numels[k] == 0:
             out[k] = na_metrics("empty tensor: nothing to compare", numel=0)
         elif g is not None and t is not None:
             groups[(g.dtype, t.dtype)].append(k)
     for ks in groups.values():
-        _fold_group(items, ks, gold, targ, out)
+        _fold_group(items, ks, gold, targ, out, numels)
     return out
 
 
 def _fold_group(items: list[PairItem], ks: list[int], gold: list[np.ndarray | None], targ: list[np.ndarray | None],
-                out: list[Metrics | None]) -> None:
+                out: list[Metrics | None], numels: list[int]) -> None:
     """The pairs `ks` (one dtype per side) laid end to end, folded by one kernel call, finalized."""
     first = items[ks[0]]
     kd = kernel_dtype(first.golden.dtype, first.target.dtype)
     g_all = _upcast(np.concatenate([a for k in ks if (a := gold[k]) is not None]), kd)  # all read: grouped
     t_all = _upcast(np.concatenate([a for k in ks if (a := targ[k]) is not None]), kd)
     offsets = np.zeros(len(ks) + 1, dtype=np.int64)
-    np.cumsum([items[k].golden.numel for k in ks], out=offsets[1:])
+    np.cumsum([numels[k] for k in ks], out=offsets[1:])
     bounds = offsets.tolist()
-    params = np.empty((len(ks), K.N_PARAM), dtype=np.float64)
+    rows = []
     ranges = []
     for j, k in enumerate(ks):
         lo, hi = bounds[j], bounds[j + 1]
         g_rng = items[k].golden_range or _finite_range(g_all[lo:hi])
         t_rng = items[k].target_range or _finite_range(t_all[lo:hi])
-        params[j] = (*_kl_norm(g_rng[0], g_rng[1]), *_kl_norm(t_rng[0], t_rng[1]), g_rng[2], t_rng[2])
+        rows.append((*_kl_norm(g_rng[0], g_rng[1]), *_kl_norm(t_rng[0], t_rng[1]), g_rng[2], t_rng[2]))
         ranges.append((g_rng, t_rng))
+    params = np.array(rows, dtype=np.float64).reshape(len(ks), K.N_PARAM)
     acc = np.zeros((len(ks), K.N_ACC), dtype=np.float64)
     cnt = np.zeros((len(ks), K.N_CNT), dtype=np.int64)
     cnt[:, K.C_FIRST_MISMATCH] = -1
     cnt[:, K.C_WORST_IDX] = -1
     K.fold_segments(g_all, t_all, offsets, params, acc, cnt, np.zeros(K.N_ACC, dtype=np.float64))
-    for j, (k, a_row, c_row) in enumerate(zip(ks, acc.tolist(), cnt.tolist())):
-        (g_lo, g_hi, g_shift), (_, _, t_shift) = ranges[j]
-        absmax = None if g_lo is None or g_hi is None else max(abs(g_lo), abs(g_hi))
-        out[k] = finalize(a_row, c_row, bounds[j + 1] - bounds[j], absmax, (g_shift, t_shift))
-
+    absmax = [None if g_lo is None or g_hi is None else max(abs(g_lo), abs(g_hi)) for (g_lo, g_hi, _), _ in ranges]
+    shifts = [(g[2], t[2]) for g, t in ranges]
+    numel = np.diff(offsets).tolist()
+    for k, m in zip(ks, finalize_rows(acc, cnt, numel, absmax, shifts)):
+        out[k] = m
 
 def _finite_range(x: np.ndarray) -> Range:
     lo, hi, first, found = K.finite_range(x)
@@ -112,10 +114,11 @@ def read_sources(sources: list[TensorSource], ws: Workspace) -> list[np.ndarray 
             out[k] = src.array.reshape(-1)
         elif src.path is not None:
             by_file[src.path].append(k)
+    sizes = {k: _nbytes(sources[k]) for ks in by_file.values() for k in ks}  # once per source: read twice below
     for ks in by_file.values():
         ks.sort(key=lambda k: sources[k].offset)
-        for run in _runs(sources, ks):
-            _read_run(sources, run, ws, out)
+        for run in _runs(sources, ks, sizes):
+            _read_run(sources, run, sizes, ws, out)
     return out
 
 
@@ -123,30 +126,32 @@ def _nbytes(src: TensorSource) -> int:
     return src.numel * numpy_dtype(src.dtype).itemsize
 
 
-def _runs(sources: list[TensorSource], ks: list[int]) -> list[list[int]]:
+def _runs(sources: list[TensorSource], ks: list[int], sizes: dict[int, int]) -> list[list[int]]:
     """Sources of one file (sorted by offset) cut into runs that one read covers."""
     runs: list[list[int]] = []
     start = end = 0
     for k in ks:
-        s = sources[k]
-        lo, hi = s.offset, s.offset + _nbytes(s)
-        if runs and lo - end <= GAP and max(end, hi) - start <= READ_MAX:
+        lo = sources[k].offset
+        hi = lo + sizes[k]
+        if runs and lo - end <= GAP and (end if end > hi else hi) - start <= READ_MAX:
             runs[-1].append(k)
-            end = max(end, hi)
+            if hi > end:
+                end = hi
         else:
             runs.append([k])
             start, end = lo, hi
     return runs
 
 
-def _read_run(sources: list[TensorSource], run: list[int], ws: Workspace, out: list[np.ndarray | None]) -> None:
+def _read_run(sources: list[TensorSource], run: list[int], sizes: dict[int, int], ws: Workspace,
+              out: list[np.ndarray | None]) -> None:
     """One pread for a run of tensors; each tensor checked against its hash. A read cut short leaves the
     tensors past its end None (their pairs, compared alone, say the file is truncated)."""
     first = sources[run[0]]
     path = first.path
     assert path is not None  # read_sources passes file sources only
     start = first.offset
-    end = max(sources[k].offset + _nbytes(sources[k]) for k in run)
+    end = max(sources[k].offset + sizes[k] for k in run)
     buf = np.empty(end - start, dtype=np.uint8)
     try:
         ws.pread(path, start, memoryview(buf.data))
@@ -154,12 +159,11 @@ def _read_run(sources: list[TensorSource], run: list[int], ws: Workspace, out: l
         return
     for k in run:
         s = sources[k]
-        dt = numpy_dtype(s.dtype)
         lo = s.offset - start
-        raw = buf[lo:lo + s.numel * dt.itemsize]
+        raw = buf[lo:lo + sizes[k]]
         if s.hash and s.hash.startswith("xxh3:"):
             h = xxhash.xxh3_64(f"{s.dtype}{list(s.shape)}".encode())
             h.update(raw.data)
             if "xxh3:" + h.hexdigest() != s.hash:
                 continue
-        out[k] = raw.view(dt)
+        out[k] = raw.view(numpy_dtype(s.dtype))

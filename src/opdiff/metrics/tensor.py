@@ -39,7 +39,7 @@ class TensorDataError(DumpError):
     """One tensor's data is unreadable or does not match its record (its pair becomes N/A)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class TensorSource:
     """Where one tensor's elements come from: an array, or `path` at byte `offset`."""
 
@@ -354,6 +354,15 @@ def finalize(acc: np.ndarray | list[float], cnt: np.ndarray | list[int], numel: 
     a: list[float] = acc.tolist() if isinstance(acc, np.ndarray) else acc
     c: list[int] = cnt.tolist() if isinstance(cnt, np.ndarray) else cnt
     n = c[K.C_FINITE]
+    if n == numel and not c[K.C_MISMATCH] and a[K.A_SUM_G2] > 0.0 and a[K.A_SUM_T2] > 0.0:
+        return _finalize_plain(a, c, n, golden_absmax, shifts)
+    return finalize_full(a, c, numel, golden_absmax, shifts)
+
+
+def finalize_full(a: list[float], c: list[int], numel: int, golden_absmax: float | None,
+                  shifts: tuple[float, float] = (0.0, 0.0)) -> Metrics:
+    """finalize of any pair, case by case (non-finite elements, all-zero sides, messages)."""
+    n = c[K.C_FINITE]
     out = na_metrics("", None)
     msgs: list[str] = []
     out.update({
@@ -425,6 +434,90 @@ def finalize(acc: np.ndarray | list[float], cnt: np.ndarray | list[int], numel: 
     })
     out[ERR_MESSAGE] = "; ".join(msgs)
     return out
+
+
+def _finalize_plain(a: list[float], c: list[int], n: int, golden_absmax: float | None,
+                    shifts: tuple[float, float]) -> Metrics:
+    """finalize of the common pair (every element finite on both sides, neither side all zero), in one
+    dict literal: the same values, keys in the same order (a third of the cost for small pairs)."""
+    ng, nt = math.sqrt(a[K.A_SUM_G2]), math.sqrt(a[K.A_SUM_T2])
+    cosine = 1.0 if c[K.C_DIFF] == 0 else min(1.0, max(-1.0, a[K.A_SUM_GT] / (ng * nt)))
+    euc = math.sqrt(a[K.A_SUM_D2])
+    kl = a[K.A_KL_SL] / a[K.A_KL_SA] - _log_ratio(a[K.A_KL_SA], a[K.A_KL_SB], a[K.A_KL_SD])
+    if abs(kl) < K.EPS64:
+        kl = 0.0
+    g_mean, g_std = _mean_std(a[K.A_SUM_GC], a[K.A_SUM_GC2], shifts[0], n)
+    t_mean, t_std = _mean_std(a[K.A_SUM_TC], a[K.A_SUM_TC2], shifts[1], n)
+    max_ad = a[K.A_MAX_AD]
+    return dict(zip(_PLAIN_KEYS, (  # type: ignore[return-value]
+        cosine, max_ad, a[K.A_MAX_REL], a[K.A_SUM_AD] / n, a[K.A_SUM_REL] / n, math.sqrt(a[K.A_SUM_D2] / n),
+        a[K.A_SUM_ACC], a[K.A_MAX_ACC], a[K.A_SUM_ACC] / n, euc / ng, euc, kl, g_std, t_std, a[K.A_CNT_1K] / n,
+        a[K.A_CNT_5K] / n, (max_ad / golden_absmax) if golden_absmax else None, g_mean, t_mean, golden_absmax, "",
+        n, n, c[K.C_DIFF], c[K.C_G_NAN], c[K.C_G_PINF], c[K.C_G_NINF], c[K.C_T_NAN], c[K.C_T_PINF], c[K.C_T_NINF],
+        0, c[K.C_WORST_IDX], a[K.A_WORST_G], a[K.A_WORST_T])))
+
+
+# finalize_full's keys in its order, for _finalize_plain
+_PLAIN_KEYS = (M.COSINE, M.MAX_ABS_ERR, M.MAX_REL_ERR, M.MEAN_ABS_ERR, M.MEAN_REL_ERR, M.RMSE, M.ACC_REL_ERR,
+               M.MAX_REL_ERROR, M.MEAN_REL_ERROR, M.RED, M.EUC_DIST, M.KL_DIV, M.GOLDEN_STD, M.TARGET_STD,
+               M.ONE_THOUSANDTH, M.FIVE_THOUSANDTH, M.NORM_MAX_ABS_ERR, M.GOLDEN_MEAN, M.TARGET_MEAN,
+               M.GOLDEN_ABS_MAX, ERR_MESSAGE, M.NUMEL, M.COMPARED, M.DIFF_COUNT, M.GOLDEN_NAN, M.GOLDEN_POSINF,
+               M.GOLDEN_NEGINF, M.TARGET_NAN, M.TARGET_POSINF, M.TARGET_NEGINF, M.NONFINITE_MISMATCH, M.WORST_INDEX,
+               M.WORST_GOLDEN, M.WORST_TARGET)
+
+def finalize_rows(acc: np.ndarray, cnt: np.ndarray, numel: list[int], absmax: list[float | None],
+                  shifts: list[tuple[float, float]]) -> list[Metrics]:
+    """finalize of many pairs at once (a batch's rows of accumulators): the common pairs' metrics computed
+    as whole columns by the same IEEE operations (sqrt, +, -, *, / round alike in numpy and in Python), the
+    KL divergence by finalize's own per-pair code, the others by finalize; equal values, keys in order."""
+    n_all = np.asarray(numel, dtype=np.int64)
+    finite, diff = cnt[:, K.C_FINITE], cnt[:, K.C_DIFF]
+    g2, t2 = acc[:, K.A_SUM_G2], acc[:, K.A_SUM_T2]
+    with np.errstate(all="ignore"):
+        ng, nt = np.sqrt(g2), np.sqrt(t2)
+        raw_cos = acc[:, K.A_SUM_GT] / (ng * nt)
+    plain = (finite == n_all) & (cnt[:, K.C_MISMATCH] == 0) & (g2 > 0.0) & (t2 > 0.0) & np.isfinite(raw_cos) \
+        & (n_all > 0)
+    out: list[Metrics | None] = [None] * len(numel)
+    rows = np.flatnonzero(plain)
+    if len(rows):
+        for i, m in zip(rows.tolist(), _plain_rows(acc[rows], cnt[rows], ng[rows], raw_cos[rows], diff[rows],
+                                                  n_all[rows], [absmax[i] for i in rows.tolist()],
+                                                  [shifts[i] for i in rows.tolist()])):
+            out[i] = m
+    for i in np.flatnonzero(~plain).tolist():
+        out[i] = finalize(acc[i], cnt[i], numel[i], absmax[i], shifts[i])
+    return out  # type: ignore[return-value]
+
+
+def _plain_rows(a: np.ndarray, c: np.ndarray, ng: np.ndarray, raw_cos: np.ndarray, diff: np.ndarray, n: np.ndarray,
+                absmax: list[float | None], shifts: list[tuple[float, float]]) -> list[Metrics]:
+    """_finalize_plain's metrics of rows that take it, column by column."""
+    nf = n.astype(np.float64)
+    cosine = np.where(diff == 0, 1.0, np.minimum(1.0, np.maximum(-1.0, raw_cos)))
+    euc = np.sqrt(a[:, K.A_SUM_D2])
+    g_sh = np.array([s[0] for s in shifts])
+    t_sh = np.array([s[1] for s in shifts])
+    g_mc, t_mc = a[:, K.A_SUM_GC] / nf, a[:, K.A_SUM_TC] / nf
+    g_std = np.sqrt(np.maximum(a[:, K.A_SUM_GC2] / nf - g_mc * g_mc, 0.0))
+    t_std = np.sqrt(np.maximum(a[:, K.A_SUM_TC2] / nf - t_mc * t_mc, 0.0))
+    kl = []
+    for sl, sa, sb, sd in a[:, [K.A_KL_SL, K.A_KL_SA, K.A_KL_SB, K.A_KL_SD]].tolist():
+        v = sl / sa - _log_ratio(sa, sb, sd)
+        kl.append(0.0 if abs(v) < K.EPS64 else v)
+    max_ad = a[:, K.A_MAX_AD].tolist()
+    nmae = [(m / x) if x else None for m, x in zip(max_ad, absmax)]
+    cols = (cosine.tolist(), max_ad, a[:, K.A_MAX_REL].tolist(), (a[:, K.A_SUM_AD] / nf).tolist(),
+            (a[:, K.A_SUM_REL] / nf).tolist(), np.sqrt(a[:, K.A_SUM_D2] / nf).tolist(), a[:, K.A_SUM_ACC].tolist(),
+            a[:, K.A_MAX_ACC].tolist(), (a[:, K.A_SUM_ACC] / nf).tolist(), (euc / ng).tolist(), euc.tolist(), kl,
+            g_std.tolist(), t_std.tolist(), (a[:, K.A_CNT_1K] / nf).tolist(), (a[:, K.A_CNT_5K] / nf).tolist(), nmae,
+            (g_sh + g_mc).tolist(), (t_sh + t_mc).tolist(), absmax)
+    counts = c[:, [K.C_DIFF, K.C_G_NAN, K.C_G_PINF, K.C_G_NINF, K.C_T_NAN, K.C_T_PINF, K.C_T_NINF]].tolist()
+    worst = c[:, K.C_WORST_IDX].tolist()
+    wg, wt = a[:, K.A_WORST_G].tolist(), a[:, K.A_WORST_T].tolist()
+    keys = _PLAIN_KEYS
+    return [dict(zip(keys, (*row, "", k, k, *cn, 0, w, g, t)))  # type: ignore[misc]
+            for row, k, cn, w, g, t in zip(zip(*cols), n.tolist(), counts, worst, wg, wt)]
 
 
 def warm_up() -> None:

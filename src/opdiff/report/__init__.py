@@ -7,8 +7,8 @@ from .csv import write_csv
 from .explorer import write_overlays
 from .html import write_html
 from .json import SCHEMA, SCHEMA_VERSION, comparison_json, write_json
-from .registry import CONSOLE, FOLDERS, WRITERS, formats, output_path, render, text, write, writer
+from .registry import CONSOLE, FOLDERS, WRITERS, formats, output_path, render, text, write, write_many, writer
 from .xlsx import write_xlsx
 
 __all__ = ["CONSOLE", "FOLDERS", "SCHEMA", "SCHEMA_VERSION", "WRITERS", "comparison_json", "formats", "output_path", "print_summary",
-           "render", "text", "write", "write_csv", "write_html", "write_json", "write_overlays", "write_xlsx", "writer"]
+           "render", "text", "write", "write_csv", "write_many", "write_html", "write_json", "write_overlays", "write_xlsx", "writer"]

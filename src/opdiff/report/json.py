@@ -2,6 +2,11 @@
 
 Non-finite numbers follow opdiff's one rule (base/jsonsafe.py): `null`, and for metrics a sibling
 "metrics_nonfinite" {name: "nan"|"inf"|"-inf"} where any metric is non-finite.
+
+The "pairs" array is streamed one pair per line through orjson when it is installed (a dependency): the
+same values as the standard encoder's text (floats round-trip exactly; non-ASCII text as UTF-8 rather than
+\\u escapes), ~5x less CPU per pair. A pair's metrics are encoded alone first: only a pair whose metrics
+hold a null (N/A, nan, inf) goes through split_nonfinite.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from ..base.version import __version__
 from ..compare.run import Comparison
 from ..metrics import names as M
 from ..store import Dump
+from . import numtext
 from .table import ACCURACY_REACHED, parts
 
 SCHEMA = "opdiff-compare"
@@ -39,6 +45,11 @@ def _dump(d: Dump) -> dict[str, Any]:
 def pair_json(r: PairResult) -> dict[str, Any]:
     """One pair of the "pairs" array."""
     metrics, nonfinite = split_nonfinite(M.columns(r.metrics))
+    return _pair_doc(r, metrics, nonfinite)
+
+
+def _pair_doc(r: PairResult, metrics: Any, nonfinite: dict[str, str]) -> dict[str, Any]:
+    """A pair's object around its metrics (a dict, or JSON text already encoded) and their non-finite names."""
     return {
         "index": r.index,
         "golden": _record(r.golden),
@@ -110,8 +121,52 @@ def write_json(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     """Write the JSON report (strict JSON: allow_nan=False), one pair per line, streamed: memory
     does not grow with the number of pairs."""
     head = dumps(comparison_json(cmp, pairs=False), separators=(",", ":"))
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(head[:-1] + ',"pairs":[\n')
-        for i, (_, doc) in enumerate(_pairs(cmp)):
-            f.write(("," if i else "") + compact(doc) + "\n")
-        f.write("]}\n")
+    with open(path, "wb", buffering=1 << 20) as f:
+        f.write((head[:-1] + ',"pairs":[\n').encode("utf-8"))
+        lines = _fast_lines(cmp) if numtext.orjson is not None else \
+            ((compact(doc) + "\n").encode("utf-8") for _, doc in _pairs(cmp))
+        for i, line in enumerate(lines):
+            f.write(b"," + line if i else line)
+        f.write(b"]}\n")
+
+
+def _default(o: Any) -> Any:
+    """What orjson cannot encode itself: a numpy scalar as its Python value, anything else as text."""
+    if hasattr(o, "item") and not isinstance(o, (list, dict, str)):
+        return o.item()
+    return str(o)
+
+
+def _fast_lines(cmp: Comparison) -> Iterator[bytes]:
+    """Each pair's line of the "pairs" array (pair_json's object) through orjson."""
+    orjson = numtext.orjson
+    assert orjson is not None
+    names: dict[tuple[str, ...], tuple[str, ...]] = {}  # a metrics dict's keys -> their column names
+    frag, dumps_ = orjson.Fragment, orjson.dumps
+    for (rank, step), c in parts(cmp):
+        for r in c.results:
+            try:
+                yield _fast_line(r, names, frag, dumps_, (rank, step) if cmp.other_steps else None)
+            except TypeError:  # what orjson refuses (an int past 64 bits): the standard encoder's line
+                doc = pair_json(r)
+                yield (compact({"rank": rank, "step": step, **doc} if cmp.other_steps else doc) + "\n").encode()
+
+
+def _fast_line(r: PairResult, names: dict[tuple[str, ...], tuple[str, ...]], frag: Any, dumps_: Any,
+               at: tuple[int, int] | None) -> bytes:
+    """One pair's line: pair_json's object with its metrics encoded first (a Fragment when none is null)."""
+    m = r.metrics
+    keys = tuple(m)
+    cols = names.get(keys) or names.setdefault(keys, tuple(M.column(k) for k in keys))
+    metrics: Any = dict(zip(cols, m.values()))
+    nonfinite: dict[str, str] = {}
+    text = dumps_(metrics, default=_default)
+    if b"null" in text:  # N/A or non-finite: the sibling says which
+        metrics, nonfinite = split_nonfinite(metrics)
+    else:
+        metrics = frag(text)
+    doc = _pair_doc(r, metrics, nonfinite)
+    if at is not None:
+        doc = {"rank": at[0], "step": at[1], **doc}
+    line: bytes = dumps_(doc, default=_default)
+    return line + b"\n"

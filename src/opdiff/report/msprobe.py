@@ -6,13 +6,15 @@ summary (statistics) and md5 modes (msprobe_rows.py, msprobe_rules.py; docs/comp
 
 from __future__ import annotations
 
-import csv
 import os
 from typing import Any
 
 from ..compare.run import Comparison
+from .blocks import BLOCK_ROWS, number_column
+from .csv import cells, header_line
 from .msprobe_rows import HEADERS, finish, row, scalar_row
 from .msprobe_rules import judge
+from .xlsx import _body, write_plain_sheet
 
 
 def msprobe_mode(cmp: Comparison) -> str:
@@ -62,29 +64,36 @@ def _scalar_rows(key: str, leaves: list[list[Any]], gkey: str | None, gscalars: 
     return out
 
 
-def _cell(v: Any) -> Any:
-    return "None" if v is None else v
-
-
 def write_msprobe_csv(cmp: Comparison, path: str | os.PathLike[str]) -> None:
+    """msprobe's table as CSV, byte for byte what csv.writer writes for it (None as "None"), a block of rows at
+    a time with each column's numbers formatted at once (blocks.number_column, csv.cells)."""
     header, rows = msprobe_table(cmp)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        for r in rows:
-            w.writerow([_cell(r.get(c)) for c in header])
+    with open(path, "w", newline="", encoding="utf-8", buffering=1 << 20) as f:
+        f.write(header_line(header))
+        for i in range(0, len(rows), BLOCK_ROWS):
+            block = rows[i:i + BLOCK_ROWS]
+            columns = [cells(number_column([r.get(c) for r in block], na="None")) for c in header]
+            f.write("\r\n".join(map(",".join, zip(*columns))) + "\r\n")
+
+
+def _ms_body(v: Any) -> str:
+    """A cell as xlsxwriter (nan_inf_to_errors) wrote msprobe's tables: nan and ±inf as error formulas, None
+    as the text "None", an empty text as no value, other texts and numbers as they are."""
+    if isinstance(v, float):  # numpy's float64 too: xlsxwriter wrote it as a number
+        v = float(v)
+    if type(v) is float and v - v != 0.0:
+        if v != v:
+            return ' t="e"><f>#NUM!</f><v>#NUM!</v></c>'
+        return f' t="e"><f>{"" if v > 0 else "-"}1/0</f><v>#DIV/0!</v></c>'
+    if v is None:
+        return _body("None")
+    if isinstance(v, (int, float, str)):
+        return _body(v)
+    return _body(str(v))
 
 
 def write_msprobe_xlsx(cmp: Comparison, path: str | os.PathLike[str]) -> None:
-    import xlsxwriter
-
+    """msprobe's table as one sheet "Sheet1" (the cells xlsxwriter wrote before, written directly:
+    xlsx.write_plain_sheet)."""
     header, rows = msprobe_table(cmp)
-    wb = xlsxwriter.Workbook(str(path), {"nan_inf_to_errors": True, "strings_to_numbers": False})
-    try:
-        ws = wb.add_worksheet()
-        ws.write_row(0, 0, header)
-        for i, r in enumerate(rows, start=1):
-            ws.write_row(i, 0, [v if isinstance(v, (int, float, bool)) else str(_cell(v)) for v in
-                                (r.get(c) for c in header)])
-    finally:
-        wb.close()
+    write_plain_sheet(path, header, ([r.get(c) for c in header] for r in rows), cell=_ms_body)

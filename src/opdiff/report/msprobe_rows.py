@@ -48,16 +48,25 @@ def _grad(r: Record | None) -> Any:
     return NA if r is None else r.extra.get("requires_grad", NA)
 
 
-def _stat(r: Record | None, attr: str) -> Any:
+_STATS = ("max", "min", "mean", "norm")
+_INT_DTYPES = ("int", "uint", "bool")
+
+
+def _stats(r: Record | None) -> list[Any]:
+    """The cells of max, min, mean and norm at once (the dtype looked at once, not per statistic)."""
     if r is None:
-        return NA
+        return [NA] * 4
     s = r.stats
     if s is None:
-        return "None"
-    v = getattr(s, attr)
-    if v is None:  # msprobe's statistics of a tensor without them (ints' mean), or all non-finite
-        return _nonfinite(s, attr)
-    return int(v) if r.dtype.startswith(("int", "uint", "bool")) and float(v).is_integer() else v
+        return ["None"] * 4
+    is_int = r.dtype.startswith(_INT_DTYPES)
+    out: list[Any] = []
+    for attr, v in zip(_STATS, (s.max, s.min, s.mean, s.norm)):
+        if v is None:  # msprobe's statistics of a tensor without them (ints' mean), or all non-finite
+            out.append(_nonfinite(s, attr))
+        else:
+            out.append(int(v) if is_int and float(v).is_integer() else v)
+    return out
 
 
 def _nonfinite(s: Any, attr: str) -> Any:
@@ -142,14 +151,11 @@ def row(p: PairResult, mode: str) -> dict[str, Any]:
             out.update(dict.fromkeys(("Cosine", "EucDist", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"),
                                      "unsupported"))
     elif mode == "stats":
-        stats = ("max", "min", "mean", "norm")
-        out.update(zip(SUMMARY_METRICS, _summary([_stat(t, a) for a in stats], [_stat(g, a) for a in stats])))
+        out.update(zip(SUMMARY_METRICS, _summary(_stats(t), _stats(g))))
     else:
         out["NPU MD5"], out["BENCH MD5"] = _hash(t), _hash(g)
     if mode != "hash":
-        for side, r in (("NPU", t), ("Bench", g)):
-            for attr, col in zip(("max", "min", "mean", "norm"), ("max", "min", "mean", "l2norm")):
-                out[f"{side} {col}"] = _stat(r, attr)
+        out.update(zip(SIDES, _stats(t) + _stats(g)))
     gg, tg = _grad(g), _grad(t)
     out["Requires_grad Consistent"] = gg == tg or NA in (gg, tg)
     out["Result"], out["Err_message"] = "pass", []

@@ -25,7 +25,11 @@ from .html import write_html
 from .json import write_json
 from .msprobe import write_msprobe_csv, write_msprobe_xlsx
 from .replay import print_replay
+from .tables import SINKS as _SINKS
+from .tables import write_tables
 from .xlsx import write_xlsx
+
+TABLE_FORMATS = frozenset(_SINKS)  # a comparison's formats written together by write_many
 
 COMPARISON = "opdiff.compare.run.Comparison"
 DIAGNOSIS = "opdiff.diagnose.verdict.Diagnosis"
@@ -103,6 +107,17 @@ def write(result: object, fmt: str, path: str | os.PathLike[str], **options: Any
     return out
 
 
+def write_many(result: object, outputs: list[tuple[str, Path]]) -> None:
+    """Write each (format, path) as `write` does; a comparison's CSV and XLSX in one pass over its rows
+    (report/tables.py: the rows are gathered and formatted once for both)."""
+    table = [(f, Path(p)) for f, p in outputs if f in TABLE_FORMATS] if COMPARISON in _names(result) else []
+    if len(table) > 1:
+        write_tables(result, table)  # type: ignore[arg-type]
+    for f, p in outputs:
+        if len(table) <= 1 or f not in TABLE_FORMATS:
+            write(result, f, p)
+
+
 def output_path(out: Path, fmt: str, stem: str) -> Path:
     """Where a report of `fmt` goes in the output directory `out`: `<stem>.<fmt>` (`msprobe-csv`:
     `<stem>.msprobe.csv`), a folder format under its name."""
@@ -120,4 +135,5 @@ def text(result: HasJson) -> str:
     return dumps(result.to_json(), indent=2)
 
 
-__all__ = ["CONSOLE", "FOLDERS", "WRITERS", "formats", "output_path", "render", "text", "write", "write_result_json", "writer"]
+__all__ = ["CONSOLE", "FOLDERS", "WRITERS", "formats", "output_path", "render", "text", "write", "write_many", "write_result_json",
+           "writer"]

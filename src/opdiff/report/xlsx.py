@@ -13,13 +13,13 @@ import math
 import os
 import re
 import zipfile
-from collections.abc import Iterator
-from itertools import islice
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..base.vocab import FAIL, PASS, WARNING
 from ..compare.run import Comparison
-from .table import all_results, table_columns, table_value_rows
+from .blocks import Block, Column, blocks
+from .table import all_results, table_columns
 
 FILLS = {PASS: "C6EFCE", WARNING: "FFEB9C", FAIL: "FFC7CE"}  # Excel's good / neutral / bad fills
 MAX_ROWS = 1 << 20  # Excel's sheet limit, header included: the CSV and JSON reports hold every row
@@ -33,7 +33,7 @@ _CONTENT_TYPES = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
 <Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>\
 <Default Extension="xml" ContentType="application/xml"/>\
 <Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>\
-<Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>\
+{sheets}\
 <Override PartName="/xl/styles.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"/>\
 </Types>"""
 _RELS = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
@@ -42,16 +42,16 @@ _RELS = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
 Target="xl/workbook.xml"/></Relationships>"""
 _WORKBOOK_RELS = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
 <Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">\
-<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" \
-Target="worksheets/sheet1.xml"/>\
-<Relationship Id="rId2" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/styles" \
-Target="styles.xml"/></Relationships>"""
+<Relationship Id="rId0" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/styles" \
+Target="styles.xml"/>{sheets}</Relationships>"""
 _WORKBOOK = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
 <workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" \
 xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">\
-<sheets><sheet name="compare" sheetId="1" r:id="rId1"/></sheets>\
-<definedNames><definedName name="_xlnm._FilterDatabase" localSheetId="0" hidden="1">compare!{ref}</definedName>\
-</definedNames></workbook>"""
+<sheets>{sheets}</sheets><definedNames>{filters}</definedNames></workbook>"""
+_SHEET_TYPE = ('<Override PartName="/xl/worksheets/sheet{k}.xml" '
+               'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>')
+_SHEET_REL = ('<Relationship Id="rId{k}" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/'
+              'worksheet" Target="worksheets/sheet{k}.xml"/>')
 
 
 def _styles() -> str:
@@ -93,86 +93,199 @@ def _text(v: str) -> str:
     return v
 
 
-def _cell(ref: str, v: Any, s: str) -> str:
-    """One <c> element; non-finite numbers are text ("nan", "inf"), as the CSV writes them."""
+def _body(v: Any) -> str:
+    """A cell after its `<c` and style: `/>` when empty, else its type, value and `</c>`. Non-finite numbers
+    are text ("nan", "inf"), as the CSV writes them."""
     if type(v) is float and v - v == 0.0:  # most cells: a finite metric
-        return f'<c r="{ref}"{s}><v>{v!r}</v></c>'
+        return f"><v>{v!r}</v></c>"
+    if hasattr(v, "item") and not isinstance(v, str):  # a numpy scalar: the Python number it equals
+        v = v.item()
     if isinstance(v, bool):
-        return f'<c r="{ref}"{s} t="b"><v>{int(v)}</v></c>'
+        return f' t="b"><v>{int(v)}</v></c>'
     if isinstance(v, int):
-        return f'<c r="{ref}"{s}><v>{v}</v></c>'
+        return f"><v>{v}</v></c>"
     if isinstance(v, float):
         if math.isfinite(v):
-            return f'<c r="{ref}"{s}><v>{v!r}</v></c>'
+            return f"><v>{v!r}</v></c>"
         v = repr(v)
     elif not isinstance(v, str):
         v = str(v)
     if v == "":
-        return f'<c r="{ref}"{s}/>' if s else ""
+        return "/>"
     space = ' xml:space="preserve"' if v[0].isspace() or v[-1].isspace() else ""
-    return f'<c r="{ref}"{s} t="inlineStr"><is><t{space}>{_text(v)}</t></is></c>'
+    return f' t="inlineStr"><is><t{space}>{_text(v)}</t></is></c>'
 
 
-def _sheet(cmp: Comparison, cols: list[str], last: str, nrows: int) -> Iterator[str]:
-    """The worksheet XML in pieces: its extent (read-only readers take the row count from it), frozen
-    header, column widths, one <row> per pair, the filter."""
-    yield ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
-           '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
-           f'<dimension ref="A1:{last}"/><sheetViews><sheetView tabSelected="1" workbookViewId="0"><pane ySplit="1" topLeftCell="A2" '
-           'activePane="bottomLeft" state="frozen"/><selection pane="bottomLeft" activeCell="A2" sqref="A2"/>'
-           '</sheetView></sheetViews><sheetFormatPr defaultRowHeight="15"/><cols>')
-    for j, c in enumerate(cols):
-        w = 48 if "Name" in c or c in ("Err_message", "Note") else max(10, min(24, len(c) + 2))
-        yield f'<col min="{j + 1}" max="{j + 1}" width="{w + 0.7109375}" customWidth="1"/>'
-    letters = [col_letter(j) for j in range(len(cols))]
-    yield '</cols><sheetData><row r="1">'
-    yield "".join(_cell(f"{a}1", c, ' s="1"') for a, c in zip(letters, cols))
-    yield "</row>"
-    repeats = [c not in _UNIQUE for c in cols]  # columns whose texts repeat from row to row
-    texts: dict[str, str] = {}  # a repeating text -> its cell after the reference and style
-    for i, (r, values) in enumerate(islice(table_value_rows(cmp, cols), nrows - 1), start=2):
-        st = _STYLE.get(r.result, 0)
-        s = f' s="{st}"' if st else ""
-        yield f'<row r="{i}">' + "".join(_cells(i, s, letters, values, repeats, texts)) + "</row>"
-    yield f'</sheetData><autoFilter ref="A1:{last}"/></worksheet>'
+def _cell(ref: str, v: Any, s: str) -> str:
+    """One <c> element with its reference (the header row)."""
+    return f'<c r="{ref}"{s}{_body(v)}'
 
 
-_UNIQUE = frozenset({"Golden Name", "Target Name", "Err_message", "Note"})  # texts not worth remembering
+def _payload(c: Column) -> tuple[str, list[str] | None]:
+    """How a block's column goes into the row template: (its piece after `<c` and the style, the texts that
+    fill it). Numbers and plain texts (no escape, space kept or shortening needed; checked once over the
+    joined column) go in as they are; other columns as whole cells after `<c s=".."` (`_body`)."""
+    if c.special is None:
+        return "><v>%s</v></c>", c.texts
+    if len(c.special) == len(c.values):
+        if not any(c.values):  # a column of empty texts (Err_message, Note): empty cells
+            return "/>", None
+        if _plain_texts(c.values):
+            return ' t="inlineStr"><is><t>%s</t></is></c>', c.values
+    return "%s", [_body(v) for v in c.values]
 
 
-def _cells(i: int, s: str, letters: list[str], values: list[Any], repeats: list[bool],
-           texts: dict[str, str]) -> list[str]:
-    """One row's cells, each as _cell writes it: finite numbers inline and repeating texts escaped once
-    (a call and an escape per cell were most of the cost)."""
-    out = []
-    for a, v, rep in zip(letters, values, repeats):
-        kind = type(v)
-        if kind is int or (kind is float and v - v == 0.0):
-            out.append(f'<c r="{a}{i}"{s}><v>{v!r}</v></c>')
-        elif kind is str and rep and v and (tail := texts.get(v)) is not None:
-            out.append(f'<c r="{a}{i}"{s}{tail}')
-        else:
-            head = f'<c r="{a}{i}"{s}'
-            cell = _cell(f"{a}{i}", v, s)
-            if kind is str and rep and v and len(texts) < 1 << 16:
-                texts[v] = cell[len(head):]
-            out.append(cell)
-    return out
+def _plain_texts(values: list[Any]) -> bool:
+    """Whether every value is a non-empty ASCII string written as it is (no markup, control character or
+    space at either end, not too long for a cell)."""
+    if not set(map(type, values)) <= {str} or "" in values:
+        return False
+    joined = "\x00".join(values)
+    return joined.isascii() and joined.count("\x00") == len(values) - 1 and not _PLAIN_NOT.search(joined) and \
+        "\x00 " not in joined and " \x00" not in joined and joined[:1] != " " and joined[-1:] != " " and \
+        max(map(len, values)) <= MAX_TEXT
+
+
+_PLAIN_NOT = re.compile("[&<>\x01-\x1f]")  # ASCII that makes a text more than <t>text</t> (\t \n \r: maybe a space)
+_CELL = {st: f'<c s="{st}"' if st else "<c" for st in _STYLE.values()}  # a cell's start in a row of each style
+
+
+def sheet_name(k: int) -> str:
+    """The name of the k-th sheet (0-based): "compare", then "compare 2", "compare 3" ... past Excel's rows."""
+    return "compare" if k == 0 else f"compare {k + 1}"
+
+
+class XlsxSink:
+    """The XLSX report written as blocks of rows arrive (blocks.py): a zip of SpreadsheetML parts, the sheet
+    deflated as it is written, memory constant whatever the table size. Past `rows_per_sheet` rows (Excel's
+    limit: 1,048,575 below the header) the table goes on in sheet "compare 2", "compare 3" ..., each with
+    the header, frozen and filtered: every row is in the workbook."""
+
+    def __init__(self, path: str | os.PathLike[str], cols: list[str], total: int,
+                 rows_per_sheet: int = MAX_ROWS - 1) -> None:
+        self.cols, self.per = cols, rows_per_sheet
+        self.counts = [min(rows_per_sheet, total - k) for k in range(0, total, rows_per_sheet)] or [0]
+        self.letter = col_letter(len(cols) - 1)
+        self.zf = zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1)
+        self.out: io.TextIOWrapper | None = None
+        self.k, self.row, self.left = -1, 0, 0
+        self._parts()
+        self._next_sheet()
+
+    def _parts(self) -> None:
+        ks = range(1, len(self.counts) + 1)
+        self.zf.writestr("[Content_Types].xml", _CONTENT_TYPES.format(sheets="".join(_SHEET_TYPE.format(k=k) for k in ks)))
+        self.zf.writestr("_rels/.rels", _RELS)
+        sheets = "".join(f'<sheet name="{sheet_name(k - 1)}" sheetId="{k}" r:id="rId{k}"/>' for k in ks)
+        filters = "".join(f'<definedName name="_xlnm._FilterDatabase" localSheetId="{k - 1}" hidden="1">'
+                          f"'{sheet_name(k - 1)}'!$A$1:${self.letter}${n + 1}</definedName>"
+                          for k, n in zip(ks, self.counts))
+        self.zf.writestr("xl/workbook.xml", _WORKBOOK.format(sheets=sheets, filters=filters))
+        self.zf.writestr("xl/_rels/workbook.xml.rels", _WORKBOOK_RELS.format(sheets="".join(_SHEET_REL.format(k=k) for k in ks)))
+        self.zf.writestr("xl/styles.xml", _styles())
+
+    def _next_sheet(self) -> None:
+        self._end_sheet()
+        self.k += 1
+        n = self.counts[self.k]
+        raw = self.zf.open(f"xl/worksheets/sheet{self.k + 1}.xml", "w", force_zip64=True)
+        self.out = io.TextIOWrapper(raw, encoding="utf-8", write_through=False)
+        self.out.write(_sheet_head(self.cols, f"{self.letter}{n + 1}", selected=self.k == 0))
+        self.row, self.left = 2, n
+
+    def _end_sheet(self) -> None:
+        if self.out is not None:
+            self.out.write(f'</sheetData><autoFilter ref="A1:{self.letter}{self.row - 1}"/></worksheet>')
+            self.out.close()
+            self.out = None
+
+    def add(self, b: Block) -> None:
+        """The block's rows: each row is its style's fixed pieces (one template per result fill and block)
+        with the row's texts slotted in between and joined once (4x cheaper than %-formatting the template)."""
+        pieces, texts = zip(*[_payload(c) for c in b.columns])
+        fills = [t for t in texts if t is not None]
+        bufs: dict[int, list[str]] = {}
+        for st, cell in _CELL.items():
+            fixed = ('<row r="%s">' + "".join(cell + p for p in pieces) + "</row>").split("%s")
+            bufs[st] = [""] * (2 * len(fixed) - 1)
+            bufs[st][0::2] = fixed
+        start, size = 0, len(b.results)
+        while start < size:
+            if self.left == 0:
+                self._next_sheet()
+            n = min(self.left, size - start)
+            assert self.out is not None
+            part = zip(map(str, range(self.row, self.row + n)), *[f[start:start + n] for f in fills]) \
+                if start or n < size else zip(map(str, range(self.row, self.row + n)), *fills)
+            out = []
+            for r, row in zip(b.results[start:start + n], part):
+                buf = bufs[_STYLE.get(r.result, 0)]
+                buf[1::2] = row
+                out.append("".join(buf))
+            self.out.write("".join(out))
+            start, self.row, self.left = start + n, self.row + n, self.left - n
+
+    def close(self) -> None:
+        while self.k < len(self.counts) - 1:  # fewer rows came than announced: the sheets stay well-formed
+            self._next_sheet()
+        self._end_sheet()
+        self.zf.close()
+
+
+def _sheet_head(cols: list[str], last: str, selected: bool) -> str:
+    """A worksheet up to its first data row: its extent (read-only readers take the row count from it), frozen
+    header, column widths, the header row. Data rows follow with cells in column order without references,
+    which ECMA-376 makes optional (unique "B123" references were a third of the bytes to deflate)."""
+    widths = "".join(f'<col min="{j + 1}" max="{j + 1}" width="{_width(c) + 0.7109375}" customWidth="1"/>'
+                     for j, c in enumerate(cols))
+    header = "".join(_cell(f"{col_letter(j)}1", c, ' s="1"') for j, c in enumerate(cols))
+    tab = ' tabSelected="1"' if selected else ""
+    return ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+            '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+            f'<dimension ref="A1:{last}"/><sheetViews><sheetView{tab} '
+            'workbookViewId="0"><pane ySplit="1" topLeftCell="A2" activePane="bottomLeft" state="frozen"/>'
+            '<selection pane="bottomLeft" activeCell="A2" sqref="A2"/></sheetView></sheetViews>'
+            f'<sheetFormatPr defaultRowHeight="15"/><cols>{widths}</cols><sheetData><row r="1">{header}</row>')
+
+
+def _width(c: str) -> int:
+    return 48 if "Name" in c or c in ("Err_message", "Note") else max(10, min(24, len(c) + 2))
 
 
 def write_xlsx(cmp: Comparison, path: str | os.PathLike[str]) -> None:
-    """Write the comparison table as one sheet "compare" (at most MAX_ROWS rows, Excel's limit; every step,
-    with Rank and Step columns when the comparison covers more than one)."""
+    """Write the comparison table as sheet "compare" (every step, with Rank and Step columns when the
+    comparison covers more than one; past Excel's 1,048,576 rows, sheets "compare 2" ...: XlsxSink)."""
     cols = table_columns(cmp)
-    nrows = min(len(all_results(cmp)) + 1, MAX_ROWS)
-    last = f"{col_letter(len(cols) - 1)}{nrows}"
+    sink = XlsxSink(path, cols, len(all_results(cmp)))
+    try:
+        for b in blocks(cmp, cols):
+            sink.add(b)
+    finally:
+        sink.close()
+
+
+def write_plain_sheet(path: str | os.PathLike[str], header: list[str], rows: Iterable[Iterable[Any]],
+                      name: str = "Sheet1", cell: Callable[[Any], str] | None = None) -> None:
+    """A workbook of one unstyled sheet (no frozen header, no filter): the header row, then `rows`, each
+    cell as `cell` writes it after `<c` (default `_body`), streamed into the deflated sheet. What
+    msprobe-format XLSX files are (report/msprobe.py), at a fraction of a general-purpose writer's cost."""
+    body = cell or _body
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        zf.writestr("[Content_Types].xml", _CONTENT_TYPES)
+        zf.writestr("[Content_Types].xml", _CONTENT_TYPES.format(sheets=_SHEET_TYPE.format(k=1)))
         zf.writestr("_rels/.rels", _RELS)
-        zf.writestr("xl/workbook.xml", _WORKBOOK.format(ref=f"$A$1:${last.rstrip('0123456789')}${nrows}"))
-        zf.writestr("xl/_rels/workbook.xml.rels", _WORKBOOK_RELS)
+        zf.writestr("xl/workbook.xml", _WORKBOOK.format(sheets=f'<sheet name="{name}" sheetId="1" r:id="rId1"/>',
+                                                        filters="").replace("<definedNames></definedNames>", ""))
+        zf.writestr("xl/_rels/workbook.xml.rels", _WORKBOOK_RELS.format(sheets=_SHEET_REL.format(k=1)))
         zf.writestr("xl/styles.xml", _styles())
         with zf.open("xl/worksheets/sheet1.xml", "w", force_zip64=True) as raw, \
                 io.TextIOWrapper(raw, encoding="utf-8", write_through=False) as out:
-            for piece in _sheet(cmp, cols, last, nrows):
-                out.write(piece)
+            out.write('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+                      '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData>')
+            out.write('<row r="1">' + "".join("<c" + _body(h) for h in header) + "</row>")
+            chunk: list[str] = []
+            for i, row in enumerate(rows, start=2):
+                chunk.append(f'<row r="{i}">' + "".join(["<c" + body(v) for v in row]) + "</row>")
+                if len(chunk) >= 1024:
+                    out.write("".join(chunk))
+                    chunk.clear()
+            out.write("".join(chunk) + "</sheetData></worksheet>")

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..base import gcpause
 from ..base.errors import DumpError
 from ..base.record import Record
 from ..base.safepath import read_regular
+from .colindex import COLS_FILE, Columns, load_columns, sound
+from .colindex import records as columnar_records
 from .format import DTYPES, FORMAT_NAME, READ_VERSIONS, SAFETENSORS_TO_NAME
 from .names import KIND_CALL, KIND_TENSOR, line_kind
 
@@ -112,12 +116,57 @@ def read_index(index_path: Path) -> tuple[list[Record], list[str], list[dict[str
     objects with a node name, for replay); a cut-off last line is dropped and reported.
 
     Other damage (a bad field, a repeated name, a record index out of sequence: a lost or moved line) is a
-    DumpError naming file:line and the field."""
+    DumpError naming file:line and the field. A sound columnar copy beside the index (store/colindex.py)
+    gives the same records in a few C-level calls; without one, the JSON lines are read."""
+    raw = read_regular(index_path, what="index")
+    fast = _read_columns(index_path, raw)
+    return fast if fast is not None else _read_lines(index_path, raw)
+
+
+def _read_columns(index_path: Path, raw: bytes) -> tuple[list[Record], list[str], list[dict[str, Any]]] | None:
+    """What _read_lines gives, from the columnar copy when it is a sound copy of exactly `raw`; else None."""
+    cols_path = index_path.with_name(COLS_FILE)
+    if (raw and not raw.endswith(b"\n")) or not os.path.lexists(cols_path):
+        return None
+    try:
+        blob = read_regular(cols_path, what="columnar index", limit=max(len(raw), 1 << 20) * 4)
+    except DumpError:
+        return None
+    cols = load_columns(blob, raw)
+    if cols is None or not sound(cols, DTYPES, _PART):
+        return None
+    try:
+        with gcpause.paused():  # tens of thousands of records, no cycles: no full collections over the heap
+            records = columnar_records(cols)
+        calls = [] if cols.lines == len(records) else _other_lines(index_path, raw, cols)
+    except (ValueError, DumpError):
+        return None  # the JSON lines name the problem
+    return records, [], calls
+
+
+def _other_lines(index_path: Path, raw: bytes, cols: Columns) -> list[dict[str, Any]]:
+    """The call lines among the lines the columnar copy does not hold (read as JSON)."""
+    rows = set(cols.ints[:, 2].tolist())
+    calls: list[dict[str, Any]] = []
+    for lineno, line in enumerate(raw.split(b"\n")[:-1], 1):
+        if lineno in rows or not line.strip():
+            continue
+        obj = parse_json(line)
+        kind = line_kind(obj) if isinstance(obj, dict) else ""
+        if not kind or kind == KIND_TENSOR:
+            raise ValueError(f"line {lineno} is not in the columnar copy")
+        if kind == KIND_CALL and isinstance(obj.get("node"), str):
+            calls.append(obj)
+    return calls
+
+
+def _read_lines(index_path: Path, raw: bytes) -> tuple[list[Record], list[str], list[dict[str, Any]]]:
+    """read_index from the JSON lines, line by line."""
     problems: list[str] = []
     records: list[Record] = []
     calls: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
-    lines = read_regular(index_path, what="index").split(b"\n")
+    lines = raw.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline
     if tail.strip():
         problems.append(f"{index_path}: last line is cut off (run stopped mid-write); read up to line {len(lines)}")

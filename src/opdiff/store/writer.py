@@ -29,6 +29,7 @@ from ..base.errors import DumpError
 from ..base.outdir import claim_dir
 from ..base.record import Record
 from ..base.version import __version__
+from .colindex import COLS_FILE, ColumnBuilder
 from .format import (
     DTYPES,
     FORMAT_NAME,
@@ -47,6 +48,21 @@ DEFAULT_FLUSH_RECORDS = 512
 # hash): the same bytes captured again anywhere in the run point at the stored copy (`stored`); the registry
 # stays small because small activations, which are many and rarely repeat, are left out.
 DEDUP_MIN_BYTES = 1 << 12
+
+
+def _line_encoder() -> Callable[[Any], str]:
+    """`json.dumps(o, separators=(",", ":"))` with its encoder made once: json.dumps builds a JSONEncoder and a
+    C encoder per call, which was a third of writing an index line (thousands per capture step). The same C
+    encoder with the same settings, so the text is the same; no circular-reference check (lines are trees)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        return lambda o: json.dumps(o, separators=(",", ":"))
+    encode = make(None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii, None, ":", ",",
+                  False, False, True)
+    return lambda o: "".join(encode(o, 0))
+
+
+dumps_line = _line_encoder()
 
 
 def prepare_run_dir(path: str | os.PathLike[str], overwrite: bool) -> Path:
@@ -96,7 +112,10 @@ class _PartWriter:
         self.part = part_dir(rank, step)
         self.dir = root / self.part
         (self.dir / SHARD_DIR).mkdir(parents=True, exist_ok=True)
+        (self.dir / COLS_FILE).unlink(missing_ok=True)  # a copy of what the index held before, if anything
         self.index = open(self.dir / INDEX_FILE, "a", encoding="utf-8")
+        # the columnar copy (store/colindex.py), for an index this writer writes from its first line
+        self.columns = ColumnBuilder() if self.index.tell() == 0 else None
         self.n_shards = 0
 
     def flush(self, batch: list[tuple[Record | dict[str, Any], np.ndarray | Record | None]]) -> None:
@@ -115,13 +134,20 @@ class _PartWriter:
                 r.data = {"file": rel, "key": r.name, "part": self.part}
             write_safetensors(self.dir / rel, [(r.name, r.dtype, arr) for r, arr in items])
         lines = []
+        cols = self.columns
         for rec, arr in batch:
             if isinstance(rec, dict):
-                lines.append(json.dumps(rec, separators=(",", ":")) + "\n")
+                lines.append(dumps_line(rec) + "\n")
+                if cols is not None:
+                    cols.skip()
                 continue
             if isinstance(arr, Record) and arr.data is not None:
                 rec.data = dict(arr.data)
-            lines.append(json.dumps(self._line(rec), separators=(",", ":")) + "\n")
+            d = self._line(rec)
+            text = dumps_line(d)
+            lines.append(text + "\n")
+            if cols is not None:
+                cols.add(d, text)
         self.index.write("".join(lines))
         self.index.flush()
 
@@ -135,6 +161,12 @@ class _PartWriter:
 
     def close(self) -> None:
         self.index.close()
+        if self.columns is not None:
+            try:
+                self.columns.write(self.dir / COLS_FILE, self.dir / INDEX_FILE)
+            except OSError:  # an optional copy: the JSON lines are the index
+                (self.dir / (COLS_FILE + ".tmp")).unlink(missing_ok=True)
+            self.columns = None
 
 
 class DumpWriter:

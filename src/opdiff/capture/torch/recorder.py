@@ -222,7 +222,7 @@ class Recorder:
         elements in some order, and statistics do not depend on the order.
         """
         key = version = None
-        if t.numel() >= BLOCK_CACHE_MIN and dense_flat(t) is not None:
+        if t.numel() >= BLOCK_CACHE_MIN and (t.is_contiguous() or dense_flat(t) is not None):
             key, version = (t.data_ptr(), t.numel(), t.dtype, t.device), _version(t)
             e = self._blocks.get(key)
             if e is not None and version is not None and e[1] == version:

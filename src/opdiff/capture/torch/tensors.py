@@ -47,10 +47,12 @@ for _name, _int in (("uint16", torch.int16), ("uint32", torch.int32), ("uint64",
 
 
 def dtype_name(t: torch.Tensor) -> str | None:
-    """The format's dtype name, or None when the dump format cannot hold this tensor."""
-    if t.layout != torch.strided or t.is_quantized or t.is_nested or t.device.type == "meta":
+    """The format's dtype name, or None when the dump format cannot hold this tensor (quantized dtypes are
+    not in DTYPE_NAMES; the dtype is looked up first, the cheapest test, once per record)."""
+    name = DTYPE_NAMES.get(t.dtype)
+    if name is None or t.layout != torch.strided or t.is_nested or t.device.type == "meta":
         return None
-    return DTYPE_NAMES.get(t.dtype)
+    return name
 
 
 def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:
@@ -121,10 +123,13 @@ def flat_elements(t: torch.Tensor) -> torch.Tensor:
 
 def stats_of(t: torch.Tensor, name: str) -> Stats:
     """Statistics of a tensor with the semantics of opdiff.store.stats.tensor_stats."""
-    t = t.detach()
     n = t.numel()
     if n == 0:
         return Stats(numel=0)
+    if 0 < n < SMALL and type(t) is torch.Tensor and t.is_cpu and t.is_contiguous() and not t.is_conj() \
+            and not t.is_neg():  # the common case, read in place by address (no detached alias to make)
+        return stats_at(t.data_ptr(), n, name)
+    t = t.detach()
     if t.is_cpu and not t.is_conj() and not t.is_neg():
         flat = t if t.is_contiguous() else flat_elements(t)
         if n < SMALL and type(flat) is torch.Tensor:  # read in place by address: no numpy view to make

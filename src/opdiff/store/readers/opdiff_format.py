@@ -131,12 +131,13 @@ class OpdiffDump(Dump):
         """Where the record's bytes lie in its shard; the shard's header and the record must agree."""
         if rec.data is None:
             raise DumpError(f"{self.dir}: record {rec.name!r} has no tensor data (captured in stats or hash mode)")
-        h = self.header(rec.data["file"], rec.data.get("part"))
+        part = rec.data.get("part")
+        h = (self._headers.get(rec.data["file"]) if part is None else None) or self.header(rec.data["file"], part)
         entry = h.entries.get(rec.data["key"])
         if entry is None:
             raise DumpError(f"{h.path}: shard has no tensor {rec.data['key']!r} (record {rec.name!r})")
         dtype, shape, start, _end = entry
-        if dtype != rec.dtype or not same_layout(shape, tuple(rec.shape)):
+        if dtype != rec.dtype or (shape != rec.shape and not same_layout(shape, tuple(rec.shape))):
             raise DumpError(f"{h.path}: tensor {rec.data['key']!r} is {dtype}{list(shape)} in the shard but "
                             f"{rec.dtype}{list(rec.shape)} in the index")
         return TensorSpan(path=h.path, offset=start, dtype=dtype, shape=tuple(rec.shape), hash=rec.hash)

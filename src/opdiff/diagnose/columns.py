@@ -1,0 +1,133 @@
+"""Per-tensor quantities of a graph as numpy columns over tensor ids, computed once and shared by the rules.
+
+Diagnose reasons on every record pair of a comparison (100,000 and more): the quantities every rule asks
+for each tensor (its error, its rounding unit, the largest error it inherits) are computed here for all
+tensors at once, in numpy for the common cases (an input with one producer, an op's output computed from
+recorded tensors), and through Graph.known_sources only for the rest (look-through of unmatched tensors, a
+module's own code). Values are exactly those the per-tensor rules compute (docs/diagnose.md, "Speed").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from .graph import Graph
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+ROLE_OTHER, ROLE_INPUT, ROLE_OUTPUT, ROLE_GRADIENT, ROLE_PARAMETER = 0, 1, 2, 3, 4
+ROLE_CODE = {"input": ROLE_INPUT, "output": ROLE_OUTPUT, "gradient": ROLE_GRADIENT, "parameter": ROLE_PARAMETER}
+
+
+@dataclass(slots=True)
+class Seed:
+    """Per-tensor values graph.build's loop has at hand anyway (no second pass over the tensors): valid
+    until the graph's tensors change (Graph.changed drops it)."""
+
+    err: list[float | None] = field(default_factory=list)
+    unit: list[float] = field(default_factory=list)
+    node: list[int] = field(default_factory=list)
+    role: list[int] = field(default_factory=list)  # ROLE_* of the target record (ROLE_OTHER: golden only)
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """One entry per tensor id of the graph they were taken from (Graph.columns)."""
+
+    err: F64  # Tensor.err, nan where None
+    known: B  # Tensor.err is not None
+    unit: F64  # Tensor.unit
+    node: I64  # Tensor.node (-1: golden only)
+    role: npt.NDArray[np.int8]  # ROLE_* of Tensor.role
+    has_target: B
+    inherited: F64  # local.inherited(): the largest error among the tensors each one is computed from
+
+
+def columns(graph: Graph, seed: Seed | None = None) -> Columns:
+    """The graph's per-tensor columns (Graph.columns caches them until Graph.changed), from build's `seed`
+    when it is still valid, else from the tensors."""
+    ts = graph.tensors
+    n = len(ts)
+    fresh = seed is None or len(seed.err) != n
+    if seed is None or len(seed.err) != n:
+        seed = Seed([t.err for t in ts], [t.unit for t in ts], [t.node for t in ts],
+                    [ROLE_CODE.get(r.role, ROLE_OTHER) if (r := t.target) is not None else ROLE_OTHER for t in ts])
+    known = np.fromiter((e is not None for e in seed.err), bool, n)
+    err = np.array([math.nan if e is None else e for e in seed.err], dtype=np.float64)
+    unit = np.array(seed.unit, dtype=np.float64)
+    node = np.array(seed.node, dtype=np.int64)
+    role = np.array(seed.role, dtype=np.int8)  # golden-only tensors belong to no node: they inherit nothing
+    # build gives every target tensor a node and none other one; later passes may not (backward.py)
+    has_target = np.fromiter((t.target is not None for t in ts), bool, n) if fresh else node >= 0
+    inh = _inherited(graph, err, known, node, role)
+    return Columns(err, known, unit, node, role, has_target, inh)
+
+
+def _inherited(graph: Graph, err: F64, known: B, node: I64, role: npt.NDArray[np.int8]) -> F64:
+    """local.inherited() for every tensor: numpy where the sources are one known producer or a leaf op's
+    recorded inputs, known_sources for the rest (and for all when an error is nan: max() is order-bound then)."""
+    n = len(err)
+    out = np.zeros(n, dtype=np.float64)
+    slow = np.zeros(n, dtype=bool)
+    if np.isnan(err[known]).any():
+        slow[node >= 0] = True
+        return _fill_slow(graph, out, slow)
+    slow[(role == ROLE_OTHER) & (node >= 0)] = True  # a role the columns do not model: Graph.sources decides
+    ins = np.flatnonzero((role == ROLE_INPUT) & (node >= 0))
+    prod = graph.producer
+    p = np.fromiter((prod.get(i, -1) for i in ins.tolist()), np.int64, len(ins))
+    has_p = p >= 0
+    direct = ins[has_p]
+    src = p[has_p]
+    ok = known[src]
+    out[direct[ok]] = err[src[ok]]
+    slow[direct[~ok]] = True
+    if graph.module_level:  # an input no producer made: a module's own code may have made it (scope_before)
+        nodes = graph.nodes
+        for i, nid in zip(ins[~has_p].tolist(), node[ins[~has_p]].tolist()):
+            nd = nodes[nid]
+            if nd.id != graph.root and nd.parent is not None:
+                slow[i] = True
+    outs = np.flatnonzero(((role == ROLE_OUTPUT) | (role == ROLE_GRADIENT)) & (node >= 0))
+    if len(outs):
+        node_inh, node_slow = _node_inherited(graph, err, known)
+        nid = node[outs]
+        out[outs] = node_inh[nid]
+        slow[outs[node_slow[nid]]] = True
+    return _fill_slow(graph, out, slow)
+
+
+def _node_inherited(graph: Graph, err: F64, known: B) -> tuple[F64, B]:
+    """Per node: the largest error among its inputs and parameters (what its outputs inherit), and whether
+    that needs known_sources (a child's outputs count too, or a source's error is unknown)."""
+    nodes = graph.nodes
+    lens = np.fromiter((len(nd.inputs) + len(nd.params) for nd in nodes), np.int64, len(nodes))
+    flat = np.fromiter(chain.from_iterable(chain(nd.inputs, nd.params) for nd in nodes), np.int64, int(lens.sum()))
+    slow = np.fromiter((bool(nd.children) for nd in nodes), bool, len(nodes))
+    inh = np.zeros(len(nodes), dtype=np.float64)
+    has = lens > 0
+    if len(flat):
+        starts = np.concatenate(([0], np.cumsum(lens)[:-1]))[has]
+        unknown = np.add.reduceat((~known[flat]).astype(np.int64), starts) > 0
+        vals = np.where(known[flat], err[flat], -np.inf)
+        inh[has] = np.maximum.reduceat(vals, starts)
+        slow[np.flatnonzero(has)[unknown]] = True
+    return inh, slow
+
+
+def _fill_slow(graph: Graph, out: F64, slow: B) -> F64:
+    """The tensors the columns cannot answer, through Graph.known_sources (its look-through and scope rules)."""
+    ts = graph.tensors
+    for i in np.flatnonzero(slow).tolist():
+        errs = [s.err for s in graph.known_sources(ts[i]) if s.err is not None]
+        out[i] = max(errs) if errs else 0.0
+    return out

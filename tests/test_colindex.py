@@ -1,0 +1,229 @@
+"""The columnar copy of a part's index (store/colindex.py): written by DumpWriter, read instead of the JSON
+lines only when it is a sound copy of exactly them; anything else falls back to the JSON lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opdiff
+from opdiff.base.errors import DumpError
+from opdiff.base.record import Record, Stats
+from opdiff.compare.run import compare
+from opdiff.store import validate as V
+from opdiff.store.colindex import COLS_FILE, MIN_RECORDS, ColumnBuilder
+from opdiff.store.writer import DumpWriter
+from opdiff.testing.synthetic import Tensor, make_record, write_dump, write_run
+
+N = MIN_RECORDS + 40  # a part this long gets a copy
+
+
+def _tensors(n: int = N) -> list[Tensor]:
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(n):
+        shape = [(), (3,), (2, 3), (1, 2, 2)][i % 4]
+        arr = rng.standard_normal(shape).astype(np.float32 if i % 3 else np.float16)
+        if i == 5:
+            arr = np.full((4,), np.nan, dtype=np.float32)  # statistics with null min/max/mean...
+        extra = {"tag": i, "nested": {"x": [1, 2.5]}} if i % 5 == 0 else None
+        out.append(Tensor(f"layers.{i // 4}", "aten.add.Tensor", "output" if i % 2 else "input", str(i % 2), arr,
+                          call=i, extra=extra))
+    return out
+
+
+def _index(root: Path, part: str = "rank0/step0") -> Path:
+    return root / part / "index.jsonl"
+
+
+def _both(index: Path) -> tuple[tuple[list[Record], list[str], list[dict]], tuple[list[Record], list[str], list[dict]]]:
+    """(columnar read, JSON-lines read) of one index; the columnar read must have been taken."""
+    raw = index.read_bytes()
+    fast = V._read_columns(index, raw)
+    assert fast is not None, "the columnar copy was not used"
+    return fast, V._read_lines(index, raw)
+
+
+def test_writer_writes_a_copy_that_reads_as_the_json_lines(tmp_path: Path) -> None:
+    write_dump(tmp_path / "d", _tensors(), mode="tensor")
+    index = _index(tmp_path / "d")
+    assert (index.parent / COLS_FILE).is_file()
+    fast, slow = _both(index)
+    assert fast == slow
+    recs = fast[0]
+    assert any(r.stats is not None and r.stats.min is None for r in recs)  # nulls survive
+    assert any(r.shape == () for r in recs) and any(r.extra.get("nested") == {"x": [1, 2.5]} for r in recs)
+    assert all(r.data is not None and r.data["file"].startswith("shards/") for r in recs)
+
+
+@pytest.mark.parametrize("mode", ["stats", "hash"])
+def test_stats_and_hash_captures(tmp_path: Path, mode: str) -> None:
+    write_dump(tmp_path / "d", _tensors(), mode=mode)
+    fast, slow = _both(_index(tmp_path / "d"))
+    assert fast == slow and all(r.data is None for r in fast[0])
+
+
+def test_call_lines_sources_and_producers(tmp_path: Path) -> None:
+    """Call lines are read from the JSON lines; hash, source and src columns, a record without statistics."""
+    w = DumpWriter(tmp_path / "d", {"framework": "numpy"})
+    w.begin(0, 0)
+    for i, t in enumerate(_tensors()):
+        if i % 500 == 0:
+            w.add_call({"node": f"n{i}", "op": "aten.add.Tensor", "args": [i]})
+        rec = make_record(t)
+        rec.source, rec.src = f"model.py:{i}", (f"src{i}" if i else None)
+        if i == 3:
+            rec.stats = None
+        w.add(rec, None)
+    w.close()
+    fast, slow = _both(_index(tmp_path / "d"))
+    assert fast == slow
+    assert [c["node"] for c in fast[2]] == ["n0", "n500", "n1000", "n1500", "n2000"]
+    assert fast[0][3].stats is None and fast[0][2].source == "model.py:2"
+
+
+def test_multi_part_run_with_data_in_another_part(tmp_path: Path) -> None:
+    """Format version 2: a record's data stored once per dump (`data.part`) is held by the copy too."""
+    arr = np.arange(2048, dtype=np.float32)  # big enough to be remembered by content
+    w = DumpWriter(tmp_path / "d", {"framework": "numpy"})
+    for step in (0, 1):
+        w.begin(0, step)
+        rec = make_record(Tensor("lin", "Linear", "parameter", "weight", arr))
+        earlier = w.stored(rec.dtype, rec.shape, rec.hash or "")
+        w.add(rec, None if earlier else arr, same_data_as=earlier)
+        for t in _tensors():
+            w.add(make_record(t), None)
+    w.close()
+    fast, slow = _both(_index(tmp_path / "d", "rank0/step1"))
+    assert fast == slow and fast[0][0].data is not None and fast[0][0].data.get("part") == "rank0/step0"
+    d = opdiff.load(tmp_path / "d", step=1)
+    assert np.array_equal(d.tensor(d.records[0]), arr)
+
+
+def _damage(cols: Path, how: str) -> None:
+    blob = bytearray(cols.read_bytes())
+    if how == "payload":
+        blob[-20] ^= 0xFF
+    elif how == "cut":
+        del blob[len(blob) // 2:]
+    elif how == "magic":
+        blob[:8] = b"NOTACOLS"
+    elif how == "header":
+        blob[20:40] = b"{" * 20
+    elif how == "empty":
+        blob = bytearray()
+    cols.write_bytes(bytes(blob))
+
+
+@pytest.mark.parametrize("how", ["payload", "cut", "magic", "header", "empty"])
+def test_damaged_copy_falls_back_to_the_json_lines(tmp_path: Path, how: str) -> None:
+    write_dump(tmp_path / "d", _tensors(), mode="tensor")
+    index = _index(tmp_path / "d")
+    before = opdiff.load(tmp_path / "d").records
+    _damage(index.parent / COLS_FILE, how)
+    assert V._read_columns(index, index.read_bytes()) is None
+    assert opdiff.load(tmp_path / "d").records == before
+
+
+def test_copy_of_another_index_is_not_used(tmp_path: Path) -> None:
+    """An index edited after its copy was written: the copy is stale, the edited lines are read (and checked)."""
+    write_dump(tmp_path / "d", _tensors(), mode="stats")
+    index = _index(tmp_path / "d")
+    lines = index.read_text().splitlines()
+    edited = json.loads(lines[2])
+    edited["op"] = "aten.mul.Tensor"
+    index.write_text("\n".join([*lines[:2], json.dumps(edited), *lines[3:]]) + "\n")
+    assert opdiff.load(tmp_path / "d").records[2].op == "aten.mul.Tensor"
+    index.write_text("\n".join([*lines[:2], lines[4], *lines[3:]]) + "\n")  # a repeated line
+    with pytest.raises(DumpError, match=r"index.jsonl:3: record index 4 where 2 was expected"):
+        opdiff.load(tmp_path / "d")
+
+
+def _forge(index: Path, change: str) -> None:
+    """A copy that matches the index's bytes but whose columns say something the JSON lines do not."""
+    b = ColumnBuilder(min_records=0)
+    for line in index.read_text().splitlines():
+        d = json.loads(line)
+        if change == "dup" and d["index"] == 3:
+            d["name"] = json.loads(index.read_text().splitlines()[1])["name"]
+        if change == "control" and d["index"] == 2:
+            d["op"] = "aten.\x01add"
+        if change == "dtype" and d["index"] == 2:
+            d["dtype"] = "complex64"
+        if change == "numel" and d["index"] == 2:
+            d["stats"]["numel"] += 1
+        if change == "path" and d["index"] == 2:
+            d["data"]["file"] = "../elsewhere.safetensors"
+        b.add(d)
+    b.write(index.parent / COLS_FILE, index)
+
+
+@pytest.mark.parametrize("change", ["dup", "control", "dtype", "numel", "path"])
+def test_a_copy_that_fails_a_check_is_not_used(tmp_path: Path, change: str) -> None:
+    write_dump(tmp_path / "d", _tensors(), mode="tensor")
+    index = _index(tmp_path / "d")
+    good = opdiff.load(tmp_path / "d").records
+    _forge(index, change)
+    assert V._read_columns(index, index.read_bytes()) is None
+    assert opdiff.load(tmp_path / "d").records == good
+
+
+def test_older_dumps_without_a_copy_still_read(tmp_path: Path) -> None:
+    """Version-1 and version-2 dumps written before the copy existed: the JSON lines, as before."""
+    write_run(tmp_path / "d", {(0, 0): _tensors(), (0, 1): _tensors()})
+    want = {s: opdiff.load(tmp_path / "d", step=s).records for s in (0, 1)}
+    for s in (0, 1):
+        (tmp_path / "d" / f"rank0/step{s}" / COLS_FILE).unlink()
+    meta = json.loads((tmp_path / "d" / "meta.json").read_text())
+    for version in (2, 1):
+        meta["format_version"] = version
+        (tmp_path / "d" / "meta.json").write_text(json.dumps(meta))
+        assert {s: opdiff.load(tmp_path / "d", step=s).records for s in (0, 1)} == want
+
+
+def test_a_cut_off_run_reads_its_lines(tmp_path: Path) -> None:
+    """A run that stopped mid-write has a last line cut off and no sound copy: read up to that line."""
+    write_dump(tmp_path / "d", _tensors(), mode="stats", complete=False)
+    index = _index(tmp_path / "d")
+    index.write_bytes(index.read_bytes()[:-30])
+    d = opdiff.load(tmp_path / "d")
+    assert len(d.records) == N - 1 and any("cut off" in p for p in d.problems)
+
+
+def test_a_line_the_copy_cannot_hold_writes_no_copy(tmp_path: Path) -> None:
+    """A number beyond 64 bits (or another line the columns cannot hold exactly): no copy, the lines read."""
+    w = DumpWriter(tmp_path / "d", {"framework": "numpy"})
+    w.begin(0, 0)
+    rec = make_record(Tensor("m", "Linear", "output", "0", np.ones(3, dtype=np.float32)))
+    rec.stats = Stats(numel=3, min=1.0, max=1.0, mean=1.0, std=0.0, norm=1.7, zeros=2**70)
+    w.add(rec, None)
+    for t in _tensors():
+        w.add(make_record(t), None)
+    w.close()
+    assert not (_index(tmp_path / "d").parent / COLS_FILE).exists()
+    assert opdiff.load(tmp_path / "d").records[0].stats.zeros == 2**70  # type: ignore[union-attr]
+
+
+def test_compare_is_the_same_with_and_without_the_copy(tmp_path: Path) -> None:
+    """Every pair's metrics and verdict are equal whichever way the indexes were read."""
+    write_dump(tmp_path / "g", _tensors(), mode="tensor")
+    target = _tensors()
+    target[6].array = target[6].array * 1.01
+    target[1500].array = target[1500].array + 1
+    write_dump(tmp_path / "t", target, mode="tensor")
+    fast = compare(tmp_path / "g", tmp_path / "t", workers=1)
+    for side in ("g", "t"):
+        (_index(tmp_path / side).parent / COLS_FILE).unlink()
+    slow = compare(tmp_path / "g", tmp_path / "t", workers=1)
+    assert [(r.name, r.result, r.metrics) for r in fast.results] == [(r.name, r.result, r.metrics) for r in slow.results]
+    assert fast.counts()["FAIL"] >= 1
+
+
+def test_a_short_part_gets_no_copy(tmp_path: Path) -> None:
+    """Fewer than MIN_RECORDS records: the writer only keeps its lines (no cost for a short capture)."""
+    write_dump(tmp_path / "d", _tensors(MIN_RECORDS - 1), mode="stats")
+    assert not (_index(tmp_path / "d").parent / COLS_FILE).exists()
+    assert len(opdiff.load(tmp_path / "d").records) == MIN_RECORDS - 1
