@@ -165,8 +165,6 @@ def propagates(graph: Graph, noise: Noise, t: Tensor, judged: bool = False) -> b
     readers = graph.consumer_nodes(t)
     if not readers:  # the update's results are what the next step reads: they always matter
         return graph.module_level or t.role == "parameter" or graph.direction == "update" or not graph.producer
-    if inserted_input(graph, t):
-        return _reaches(graph, noise, t, PROPAGATION_HOPS, set())
     siblings = set(graph.nodes[t.node].outputs) if t.role == "output" and t.node >= 0 else {t.id}
     for node, via in readers:
         outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
@@ -175,37 +173,6 @@ def propagates(graph: Graph, noise: Noise, t: Tensor, judged: bool = False) -> b
         same = {i for i in node.inputs + node.params if i == via or graph.producer.get(i) in siblings}
         if any(_shows(graph, noise, node, o, via, judged or t.role == "input", same) for o in outs):
             return True
-    return False
-
-
-def inserted_input(graph: Graph, t: Tensor) -> bool:
-    """Whether `t` is an input an op golden does not have made (the target's own code, e.g. a decomposed
-    attention): its pair may set apart two stages of one computation that golden orders otherwise."""
-    p = graph.producer.get(t.id) if t.role == "input" else None
-    return p is not None and graph.tensors[p].err is None and not graph.nodes[graph.tensors[p].node].matched
-
-
-def _reaches(graph: Graph, noise: Noise, t: Tensor, hops: int, seen: set[int]) -> bool:
-    """Whether `t`'s error is still shown `hops` readers downstream, or reaches the model's output: an error
-    that golden's readers no longer see (their input pairs agree again, as when the target scales the query
-    where golden scales the scores) was an ordering of the same computation, not a fault."""
-    if graph.is_model_output(t) or hops <= 0:
-        return True
-    readers = graph.consumer_nodes(t)
-    if not readers:
-        return graph.module_level or graph.direction == "update" or not graph.producer
-    for node, via in readers:
-        v = graph.tensors[via]
-        if via != t.id and v.err is not None and noise.agrees(v.err, v.unit):
-            continue  # the reader's input agrees with golden's: the error healed on the way
-        outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
-        if not outs:
-            return True  # cannot tell
-        for o in outs:
-            if o.id not in seen and _shows(graph, noise, node, o, via, True):
-                seen.add(o.id)
-                if _reaches(graph, noise, o, hops - 1, seen):
-                    return True
     return False
 
 

@@ -11,7 +11,7 @@ from ..base.vocab import FAIL, PROVENANCE_KEY, Verdict
 from ..metrics import names as M
 from ..replay.result import ReplayResult
 from .graph import Graph, Node, Tensor
-from .local import Event, contributions, inherited, inserted_input, propagates
+from .local import Event, contributions, inherited, propagates
 from .noise import DRIFT, Noise
 from .origin import entry
 from .overflow import Overflow
@@ -335,12 +335,9 @@ def _first_compare_fail(graph: Graph, noise: Noise) -> Tensor | None:
 
 
 def _fails_downstream(graph: Graph, t: Tensor) -> bool:
-    """Whether compare also fails what reads `t` (its error reaches downstream by compare's rule). Not asked of
-    an input an op golden does not have made: propagates follows that one further, to where it heals."""
+    """Whether compare also fails what reads `t` (its error reaches downstream by compare's rule)."""
     if graph.is_model_output(t):
         return True
-    if inserted_input(graph, t):
-        return False
     return any(graph.tensors[i].pair.result == FAIL for node, _ in graph.consumer_nodes(t) for i in node.outputs)
 
 
