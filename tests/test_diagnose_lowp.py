@@ -19,7 +19,9 @@ FAULTS = [
     ("qwen3", "attention_scale", "aten", "model.layers.1.self_attn", "output"),  # scores x1.05: a scalar product
 ]
 PHRASE = {"parameter": "its parameter", "inserted": "an op golden does not have", "output": "the error is its own"}
-BENIGN = [("gpt2", "identical", "aten", "bf16"), ("llama", "fp16_model", "aten", "fp32")]
+BENIGN = [("gpt2", "identical", "aten", "bf16"), ("llama", "fp16_model", "aten", "fp32"),
+          ("deberta_v2", "autocast", "aten", "fp32"),  # a norm reads a bf16 branch added into the fp32 stream
+          ("bart", "fp16_model", "aten", "fp32")]  # `if not isfinite(x).all()`: a predicate only Python reads
 
 
 @pytest.mark.parametrize("arch,klass,level,culprit,how", FAULTS, ids=[f"{a}-{k}" for a, k, *_ in FAULTS])
@@ -31,7 +33,7 @@ def test_small_fault_in_a_bf16_target_is_found(arch, klass, level, culprit, how,
     assert PHRASE[how] in rec["summary"], rec
 
 
-@pytest.mark.parametrize("arch,klass,level,precision", BENIGN, ids=[f"{a}-{k}" for a, k, *_ in BENIGN])
+@pytest.mark.parametrize("arch,klass,level,precision", BENIGN)
 def test_benign_low_precision_target_passes(arch, klass, level, precision, tmp_path):
     rec = run(Case(arch, klass, level, precision), tmp_path)
     assert rec["grade"] == grade.BENIGN_OK, rec

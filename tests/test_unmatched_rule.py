@@ -93,6 +93,32 @@ def test_an_added_op_is_vouched_for_by_what_consumes_it(tmp_path):
         assert cmp.passed() is passes, [(f.record.name, f.why) for f in cmp.failing_unmatched()]
 
 
+def test_a_predicate_is_vouched_for_by_what_runs_after_it(tmp_path):
+    """`if not torch.isfinite(x).all()`: an added check whose one-element bool only Python reads decides which
+    ops run next, and those are compared: it passes. The same check with nothing compared after it, or one
+    leaving a whole bool tensor nothing reads, still fails."""
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    fin = np.isfinite(x)
+    for name in ("golden", "checked", "checked_last", "mask_unread"):
+        run = OpRun(tmp_path / name)
+        src = run.op("a", "aten.exp.default", [(x, None)], [np.exp(x)])[0]
+        if name == "checked":
+            ok = run.op("a", "aten.isfinite.default", [(np.exp(x), src)], [fin])[0]
+            run.op("a", "aten.all.default", [(fin, ok)], [np.array(True)])
+        if name == "mask_unread":
+            run.op("a", "aten.isfinite.default", [(np.exp(x), src)], [fin])
+        run.op("c", "aten.tanh.default", [(np.exp(x), src)], [np.tanh(np.exp(x))])
+        if name == "checked_last":
+            ok = run.op("c", "aten.isfinite.default", [(np.exp(x), src)], [fin])[0]
+            run.op("c", "aten.all.default", [(fin, ok)], [np.array(True)])
+        run.close()
+    for name, passes in (("checked", True), ("checked_last", False), ("mask_unread", False)):
+        cmp = compare(tmp_path / "golden", tmp_path / name)
+        assert cmp.unmatched("target"), name
+        assert cmp.passed() is passes, (name, [(f.record.name, f.why) for f in cmp.failing_unmatched()])
+        assert (diagnose(tmp_path / "golden", tmp_path / name, replay=False).verdict == "pass") is passes, name
+
+
 def test_bf16_autocast_casts_do_not_fail_compare_and_both_commands_agree(tmp_path):
     """The issue's example: an fp32 run against the same model under bf16 autocast, at aten level. The
     casts autocast inserts are reported, and neither compare nor diagnose fails on them."""

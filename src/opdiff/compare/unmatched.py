@@ -9,7 +9,9 @@ that no compared pair shows (docs/reliability.md):
   views aside): the pairs compared say too little about the run;
 - nothing downstream of it was compared: no compared record consumes what its op made (`Record.src`
   links, followed through other unmatched ops), and none comes after it in its own module, inside it,
-  or in an enclosing module other than the root.
+  or in an enclosing module other than the root. A chain that ends in a predicate (a one-element bool
+  nothing reads as a tensor: `if not torch.isfinite(x).all()`) is observed by any compared record after it
+  but the model's output: it only decides which ops run next, and those are compared.
 
 An input or output that is another record's output (`Record.src`: a parent returning its child's tensor)
 is skipped like a cast: its producer is judged.
@@ -22,6 +24,7 @@ op: a whole model's output is too coarse to show a difference made deep inside i
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -90,6 +93,7 @@ class _Side:
         self.own_outputs: dict[str, list[Record]] = defaultdict(list)  # module -> its own unpaired outputs
         self.by_name: dict[str, Record] = {}
         self.downstream: dict[str, bool] = {}  # node -> observed_downstream, computed once
+        self.last_paired = -1  # index of the last paired record but the model's output
         for r in recs:
             self.by_node[r.node].append(r)
             self.by_name[r.name] = r
@@ -98,6 +102,8 @@ class _Side:
             if r.src:
                 self.consumers[r.src].append(r)
             if id(r) in paired:
+                if not is_model_output(r):
+                    self.last_paired = max(self.last_paired, r.index)
                 self.own_last[r.module] = max(self.own_last.get(r.module, -1), r.index)
                 for m in [r.module, *_ancestors(r.module), ""] if r.module else [""]:
                     self.tree_last[m] = max(self.tree_last.get(m, -1), r.index)
@@ -132,6 +138,12 @@ class _Side:
             known = self.downstream[rec.node] = self._walk_downstream(rec)
         return known
 
+    def decides_what_follows(self, out: Record) -> bool:
+        """A predicate nothing reads as a tensor (Python's `if` reads it), with a compared record after it: a
+        different value would change which ops run, and what runs after it is compared."""
+        return (out.dtype == "bool" and math.prod(out.shape) == 1 and not self.consumers.get(out.name)
+                and self.last_paired > out.index)
+
     def _walk_downstream(self, rec: Record) -> bool:
         seen = {rec.node}
         todo = [rec.node]
@@ -139,6 +151,8 @@ class _Side:
             for out in self.by_node[todo.pop()]:
                 if out.role != "output":
                     continue
+                if self.decides_what_follows(out):
+                    return True
                 for c in self.consumers.get(out.name, ()):
                     if id(c) in self.paired:
                         return True

@@ -203,7 +203,7 @@ class Graph:
         """Rounding unit `t` is judged at: its pair's, or coarser when it came through ops golden does
         not run in a narrower dtype the target uses widely (a buffer kept in fp16 in an fp16 model)."""
         u = t.unit
-        if t.role == "output" and self.wide_unit > u and self._reads_unrecorded(t):
+        if t.role == "output" and self.wide_unit > u and (self._reads_unrecorded(t) or self._reads_mixed(t)):
             u = self.wide_unit
         cur = self.producer.get(t.id) if t.role == "input" else None
         for _ in range(depth):
@@ -228,6 +228,20 @@ class Graph:
         node = self.nodes[t.node]
         return any(i not in self.producer and self.tensors[i].unit > 0 and self.tensors[i].role == "input"
                    and (self.root is None or i not in self.nodes[self.root].inputs) for i in node.inputs)
+
+    def _reads_mixed(self, t: Tensor) -> bool:
+        """Whether t's op reads a float input that an op made from a float input coarser than its result (a
+        residual add of a bf16 branch into an fp32 stream under autocast): that input's relative error hides
+        the coarse branch's, which a norm's centring brings back; t is then judged at the run's wide unit."""
+        for i in self.nodes[t.node].inputs:
+            p = self.producer.get(i)
+            if p is None or self.tensors[i].unit == 0:
+                continue
+            made = self.tensors[p]
+            units = [self.tensors[j].unit for j in self.nodes[made.node].inputs if self.tensors[j].unit > 0]
+            if any(x > made.unit for x in units) and any(x <= made.unit for x in units):
+                return True  # a coarse input and a fine one mixed (a cast alone hides nothing: it keeps its input's error)
+        return False
 
     def blame(self, t: Tensor) -> tuple[int, str]:
         """The node whose own code made `t` diverge, and how (output | parameter | inserted | input-changed |

@@ -21,7 +21,7 @@ from .noise import AMPLIFICATION, UNIT, Noise, Peers
 
 MAX_FLOOR = 8.0
 REACH = 0.125  # an error already judged an op's own reaches a reader showing 1/8 of a fresh event's threshold
-PROPAGATION_HOPS = 12  # how far an error is followed to see that it matters downstream  # a fresh op of correct code never shows more than this many units as "noise" floor
+PROPAGATION_HOPS = 12  # how far an error entering through ops golden does not have is followed downstream
 
 
 @dataclass
