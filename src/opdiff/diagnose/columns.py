@@ -10,6 +10,8 @@ module's own code). Values are exactly those the per-tensor rules compute (docs/
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import math
+from bisect import bisect_left
 from itertools import chain, repeat
 from operator import is_not
 from typing import TYPE_CHECKING
@@ -93,11 +95,7 @@ def _inherited(graph: Graph, err: F64, known: B, node: I64, role: npt.NDArray[np
     out[direct[ok]] = err[src[ok]]
     slow[direct[~ok]] = True
     if graph.module_level:  # an input no producer made: a module's own code may have made it (scope_before)
-        nodes = graph.nodes
-        for i, nid in zip(ins[~has_p].tolist(), node[ins[~has_p]].tolist()):
-            nd = nodes[nid]
-            if nd.id != graph.root and nd.parent is not None:
-                slow[i] = True
+        _scope_inherited(graph, ins[~has_p].tolist(), node[ins[~has_p]].tolist(), err, known, out, slow)
     outs = np.flatnonzero(((role == ROLE_OUTPUT) | (role == ROLE_GRADIENT)) & (node >= 0))
     if len(outs):
         node_inh, node_slow = _node_inherited(graph, err, known, node, role if seeded else None)
@@ -105,6 +103,56 @@ def _inherited(graph: Graph, err: F64, known: B, node: I64, role: npt.NDArray[np
         out[outs] = node_inh[nid]
         slow[outs[node_slow[nid]]] = True
     return _fill_slow(graph, out, slow)
+
+
+def _scope_inherited(graph: Graph, ids: list[int], nids: list[int], err: F64, known: B, out: F64, slow: B) -> None:
+    """Module level, inputs no producer made (of a call that has a parent and is not the root): the largest error
+    in their scope (Graph.scope_before: the parent's inputs and the outputs of its last SCOPE children finished
+    before the call starts), per parent with its children's largest output errors computed once; `slow` where a
+    source's error is unknown (known_sources then looks through it)."""
+    from .graph import SCOPE
+
+    nodes = graph.nodes
+    by_parent: dict[int, list[tuple[int, int]]] = {}
+    for i, nid in zip(ids, nids):
+        nd = nodes[nid]
+        if nd.id != graph.root and nd.parent is not None:
+            by_parent.setdefault(nd.parent, []).append((i, nd.start))
+    if not by_parent:
+        return
+    errs, knowns = err.tolist(), known.tolist()
+    for pid, items in by_parent.items():
+        parent = nodes[pid]
+        ends = graph.child_ends(parent)
+        p_max, p_unknown = _largest(parent.inputs, errs, knowns)
+        c_max: list[float] = []
+        unknown_before = [0]  # children up to each index with an output of unknown error
+        for c in parent.children:
+            m, u = _largest(nodes[c].outputs, errs, knowns)
+            c_max.append(m)
+            unknown_before.append(unknown_before[-1] + u)
+        for i, start in items:
+            k = bisect_left(ends, start)
+            lo = max(0, k - SCOPE)
+            if p_unknown or unknown_before[k] - unknown_before[lo]:
+                slow[i] = True
+                continue
+            m = max(c_max[lo:k], default=-math.inf)
+            m = max(m, p_max)
+            out[i] = m if m != -math.inf else 0.0
+
+
+def _largest(ids: list[int], errs: list[float], knowns: list[bool]) -> tuple[float, bool]:
+    """The largest known error among `ids` (-inf: none), and whether any of them is unknown."""
+    m, unknown = -math.inf, False
+    for i in ids:
+        if knowns[i]:
+            e = errs[i]
+            if e > m:
+                m = e
+        else:
+            unknown = True
+    return m, unknown
 
 
 def _node_inherited(graph: Graph, err: F64, known: B, node: I64 | None = None,

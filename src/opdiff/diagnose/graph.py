@@ -157,15 +157,19 @@ class Graph:
     def scope_before(self, node: Node, start: int) -> list[int]:
         """Tensors a node's own code can use at time `start`: its inputs and the outputs of its children
         that finished last before then (the SCOPE most recent: what the next call is computed from)."""
-        ends = self._ends.get(node.id)
-        if ends is None:
-            node.children.sort(key=lambda c: self.nodes[c].end)
-            ends = self._ends[node.id] = [self.nodes[c].end for c in node.children]
-        k = bisect.bisect_left(ends, start)
+        k = bisect.bisect_left(self.child_ends(node), start)
         out = list(node.inputs)
         for c in node.children[max(0, k - SCOPE):k]:
             out.extend(self.nodes[c].outputs)
         return out
+
+    def child_ends(self, node: Node) -> list[int]:
+        """The ends of a node's children, ascending; its `children` sorted so on the first call (scope_before)."""
+        ends = self._ends.get(node.id)
+        if ends is None:
+            node.children.sort(key=lambda c: self.nodes[c].end)
+            ends = self._ends[node.id] = [self.nodes[c].end for c in node.children]
+        return ends
 
     def sources(self, t: Tensor) -> list[int]:
         """The tensors whose error `t` inherits."""
