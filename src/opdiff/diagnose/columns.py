@@ -9,9 +9,9 @@ module's own code). Values are exactly those the per-tensor rules compute (docs/
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import math
 from bisect import bisect_left
+from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import is_not
 from typing import TYPE_CHECKING
