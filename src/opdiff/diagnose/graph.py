@@ -491,7 +491,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     for i in _target_only(gs, ts):
         if errs[i] is not None:
             tensors[i].moved = inplace_change(pairs[i], target)
-    by_name = dict(zip(map(_NAME, tgt), tids))
+    by_name = dict(zip(map(_NAME, tgt), tids)) if any(map(_SRC, tgt)) else {}  # only src links read it
     role_col = list(map(ROLE_CODE.get, map(_ROLE, tgt), repeat(ROLE_OTHER)))
     if golden_only:
         roles = [ROLE_OTHER] * n
@@ -515,8 +515,8 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
 
 
 _GOLDEN, _TARGET = attrgetter("golden"), attrgetter("target")
-_NODE, _INDEX, _ROLE, _NAME, _LEVEL, _DIRECTION, _STATUS, _MODE, _DTYPE = (
-    attrgetter(a) for a in ("node", "index", "role", "name", "level", "direction", "status", "mode", "dtype"))
+_NODE, _INDEX, _ROLE, _NAME, _LEVEL, _DIRECTION, _STATUS, _MODE, _DTYPE, _SRC = (
+    attrgetter(a) for a in ("node", "index", "role", "name", "level", "direction", "status", "mode", "dtype", "src"))
 
 
 def _tally(pairs: list[PairResult], gs: list[Record | None], ts: list[Record | None], direction: str) -> Tally:
