@@ -13,8 +13,9 @@ import io
 import os
 import re
 
+from ..base import gcpause
 from ..compare.run import Comparison
-from .blocks import Block, Column, blocks
+from .blocks import Block, Column, blocks, distinct
 from .table import table_columns
 
 _QUOTE = re.compile(r'[,"\r\n]')  # what makes csv.writer quote a field (QUOTE_MINIMAL)
@@ -27,7 +28,10 @@ def _quoted(texts: list[str]) -> list[str]:
 def cells(c: Column) -> list[str]:
     """The column's cells as csv.writer writes them: numbers never need quotes; texts only when they hold a
     delimiter, a quote or a line break (checked once over the whole column)."""
-    if c.special is None or not _QUOTE.search("\x1f".join(c.texts)):
+    if c.special is None:
+        return c.texts
+    joined = "".join(distinct(c))
+    if "," not in joined and '"' not in joined and "\r" not in joined and "\n" not in joined:
         return c.texts
     return _quoted(c.texts)
 
@@ -61,7 +65,8 @@ def write_csv(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     cols = table_columns(cmp)
     sink = CsvSink(path, cols)
     try:
-        for b in blocks(cmp, cols):
-            sink.add(b)
+        with gcpause.paused():  # the comparison's objects: no full collections over them (base/gcpause.py)
+            for b in blocks(cmp, cols):
+                sink.add(b)
     finally:
         sink.close()
