@@ -23,7 +23,7 @@ from opdiff.metrics import names as M
 from opdiff.report import json_rows, numtext, xlsx
 from opdiff.report.blocks import blocks
 from opdiff.report.json import pair_json
-from opdiff.report.weave import weave
+from opdiff.report.weave import constant, fold, weave
 from opdiff.testing.synthetic import Tensor, write_dump
 
 RNG = np.random.default_rng(11)
@@ -141,6 +141,20 @@ def test_weave_is_the_rows_joined_one_by_one():
         assert weave(pieces, cols) == "".join(rows)
         if n >= 5:
             assert weave(pieces, cols, 2, 5) == "".join(rows[2:5])
+
+
+def test_constant_columns_are_folded_into_the_pieces():
+    cols = [["a"] * 4, ["1", "2", "1", "1"], ["x", "x", "x", "y"], ["z"] * 4]
+    pieces, left = fold(["<", ",", ",", ",", ">"], cols)
+    assert pieces == ["<a,", ",", ",z>"] and left == [cols[1], cols[2]]
+    assert weave(pieces, left, 0, 4) == weave(["<", ",", ",", ",", ">"], cols) == "<a,1,x,z><a,2,x,z><a,1,x,z><a,1,y,z>"
+    assert weave(*fold(["[", "]"], [["q"] * 3]), 0, 3) == "[q][q][q]"  # every column folded
+    assert not constant([]) and constant(["0"]) and not constant(["1", "1", "2", "1", "1"])
+
+
+def test_a_column_of_one_number_is_that_text_n_times():
+    for vals in ([0] * 2048, [1.5] * 7, [-2.5e-07] * 3, [10, 20, 10], [1.0, 1.0, 2.0], [5], [0.1, 0.1]):
+        assert numtext.number_texts(vals) == [str(v) for v in vals]
 
 
 def test_numbers_near_1e_5_are_laid_out_as_python_does():

@@ -17,6 +17,7 @@ from ..base import gcpause
 from ..compare.run import Comparison
 from .blocks import Block, Column, blocks, distinct
 from .table import table_columns
+from .weave import fold, weave
 
 _QUOTE = re.compile(r'[,"\r\n]')  # what makes csv.writer quote a field (QUOTE_MINIMAL)
 
@@ -51,8 +52,10 @@ class CsvSink:
         self.f.write(header_line(cols))
 
     def add(self, b: Block) -> None:
+        """The block's lines: cells between commas, a column with one text in every row part of the pieces."""
         if b.results:
-            self.f.write("\r\n".join(map(",".join, zip(*[cells(c) for c in b.columns]))) + "\r\n")
+            cols = [cells(c) for c in b.columns]
+            self.f.write(weave(*fold(["", *[","] * (len(cols) - 1), "\r\n"], cols), 0, len(b.results)))
 
     def close(self) -> None:
         self.f.close()

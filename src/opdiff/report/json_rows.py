@@ -12,7 +12,7 @@ non-finite or N/A metric (null and the "metrics_nonfinite" sibling), a value orj
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -21,6 +21,7 @@ from ..metrics import names as M
 from . import numtext
 from .blocks import Block, Column
 from .numtext import number_texts
+from .weave import fold
 
 RECORD_FIELDS = ("index", "name", "node", "module", "op", "level", "direction", "role", "pos", "dtype", "shape")
 _SHAPE_CHARS = str.maketrans("", "", "0123456789-,")  # what a JSON list of ints holds besides its brackets
@@ -40,7 +41,7 @@ class Template:
     """A block's lines: line i is pieces[0] + columns[0][i] + pieces[1] + ... for every pair not `slow`."""
 
     pieces: list[str]
-    columns: list[list[str]]
+    columns: list[Sequence[str]]
     slow: bytearray  # 1: the pair is encoded alone
 
 
@@ -138,7 +139,8 @@ def template(b: Block, at: tuple[int, int] | None) -> Template:
         for i, g in enumerate(groups):
             if g:
                 out.slow[i] = 1
-    return Template(out.pieces, out.columns, out.slow)
+    pieces, columns = fold(out.pieces, out.columns)  # a column with one text in every line: part of the pieces
+    return Template(pieces, columns, out.slow)
 
 
 def _record(out: _Builder, b: Block, side: str) -> None:

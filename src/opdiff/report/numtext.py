@@ -76,4 +76,10 @@ def number_texts(values: Sequence[Any]) -> list[str] | None:
     if not values:
         return []
     text = _encode(values if isinstance(values, list) else list(values))
-    return None if text is None else text[1:-1].split(",")
+    if text is None:
+        return None
+    text, n = text[1:-1], len(values)
+    first = text[:text.find(",")] if n > 1 else text
+    if len(text) == n * (len(first) + 1) - 1 and text == ",".join([first] * n):  # one number n times: not split
+        return [first] * n
+    return text.split(",")

@@ -23,7 +23,7 @@ from ..base.vocab import FAIL, PASS, WARNING
 from ..compare.run import Comparison
 from .blocks import Block, Column, blocks, distinct
 from .table import all_results, table_columns
-from .weave import weave
+from .weave import constant, fold, weave
 
 _isal: Any  # ISA-L's deflate (isal.isal_zlib), or None where it is not installed: zlib's, slower
 try:
@@ -168,6 +168,18 @@ _RESULT = attrgetter("result")
 _CELL = {st: f'<c s="{st}"' if st else "<c" for st in _STYLE.values()}  # a cell's start in a row of each style
 
 
+def _pieces(cell: str, payloads: list[str]) -> list[str]:
+    """A row's fixed pieces around its row number and each column's texts: `cell` starts every cell, each
+    payload holds its column's `%s` (or none: an empty cell)."""
+    out = ['<row r="', '">']
+    for p in payloads:
+        before, *after = p.split("%s")
+        out[-1] += cell + before
+        out += after
+    out[-1] += "</row>"
+    return out
+
+
 def _runs(styles: list[int]) -> Iterator[tuple[int, int, int]]:
     """(style, start, stop) of each run of rows of one style."""
     start = 0
@@ -229,11 +241,11 @@ class XlsxSink:
 
     def add(self, b: Block) -> None:
         """The block's rows: each row is its style's fixed pieces (one template per result fill and block) with
-        the row's texts between them, a run of rows of one fill at a time (weave.py)."""
-        pieces, texts = zip(*[_payload(c) for c in b.columns])
-        fills = [t for t in texts if t is not None]
-        tmpl = {st: ('<row r="%s">' + "".join(cell + p for p in pieces) + "</row>").split("%s")
-                for st, cell in _CELL.items()}
+        the row's texts between them, a run of rows of one fill at a time (weave.py); a column with one text in
+        every row is part of the template."""
+        pays = [_payload(c) for c in b.columns]
+        fills = [t for _, t in pays if t is not None]
+        tmpl = {st: _pieces(cell, [p for p, _ in pays]) for st, cell in _CELL.items()}
         styles = list(map(_STYLE.get, map(_RESULT, b.results), repeat(0)))
         start, size = 0, len(b.results)
         while start < size:
@@ -243,7 +255,9 @@ class XlsxSink:
             assert self.out is not None
             cols = [list(map(str, range(self.row, self.row + n)))]
             cols += [f[start:start + n] for f in fills] if start or n < size else fills
-            self.out.write("".join(weave(tmpl[st], cols, a, z) for st, a, z in _runs(styles[start:start + n])))
+            fixed = [constant(c) for c in cols]
+            folded = {st: fold(pieces, cols, fixed) for st, pieces in tmpl.items()}
+            self.out.write("".join(weave(*folded[st], a, z) for st, a, z in _runs(styles[start:start + n])))
             start, self.row, self.left = start + n, self.row + n, self.left - n
 
     def close(self) -> None:
