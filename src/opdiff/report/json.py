@@ -3,10 +3,12 @@
 Non-finite numbers follow opdiff's one rule (base/jsonsafe.py): `null`, and for metrics a sibling
 "metrics_nonfinite" {name: "nan"|"inf"|"-inf"} where any metric is non-finite.
 
-The "pairs" array is streamed one pair per line through orjson when it is installed (a dependency): the
-same values as the standard encoder's text (floats round-trip exactly; non-ASCII text as UTF-8 rather than
-\\u escapes), ~5x less CPU per pair. A pair's metrics are encoded alone first: only a pair whose metrics
-hold a null (N/A, nan, inf) goes through split_nonfinite.
+The "pairs" array is streamed one pair per line, a block of pairs at a time (JsonSink, one of the sinks
+report.write_many feeds in one pass with the CSV and XLSX): the lines of ordinary pairs from one template
+per block (json_rows.py), any other pair through orjson alone, where orjson is installed (a dependency):
+the same values as the standard encoder's text (floats round-trip exactly; non-ASCII text as UTF-8 rather
+than \\u escapes). A pair encoded alone has its metrics encoded first: only a pair whose metrics hold a
+null (N/A, nan, inf) goes through split_nonfinite.
 """
 
 from __future__ import annotations
