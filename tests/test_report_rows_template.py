@@ -204,3 +204,22 @@ def test_compare_gives_the_collector_back(base, tmp_path):
         assert not gc.isenabled()  # a caller's paused collector stays paused
     finally:
         gc.enable()
+
+
+def test_a_text_utf8_cannot_hold_is_escaped_in_every_report(tmp_path):
+    """A record named with a lone surrogate (JSON indexes can carry one): every report is written, the text
+    escaped (CSV `\\ud800`, XLSX Excel's `_xD800_`, JSON `\\ud800`) instead of a traceback."""
+    a = np.ones((2, 3), np.float32)
+    for side in ("g", "t"):
+        write_dump(tmp_path / side, [Tensor("m\ud800x", "Linear", "output", "0", a), Tensor("n", "Linear", "output", "0", a)])
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as done:
+        main(["compare", str(tmp_path / "g"), str(tmp_path / "t"), "-o", str(out), "--no-progress",
+              "--format", "csv,xlsx,json,msprobe-csv"])
+    assert done.value.code == 0
+    assert "m\\ud800x/Linear#0" in (out / "compare.csv").read_text(encoding="utf-8")
+    with zipfile.ZipFile(out / "compare.xlsx") as z:
+        assert "m_xD800_x/Linear#0" in z.read("xl/worksheets/sheet1.xml").decode("utf-8")
+    pairs = json.loads((out / "compare.json").read_text(encoding="utf-8"))["pairs"]
+    assert pairs[0]["golden"]["module"] == "m\ud800x" and pairs[1]["golden"]["module"] == "n"
+    (out / "compare.msprobe.csv").read_text(encoding="utf-8")  # valid UTF-8

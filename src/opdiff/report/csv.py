@@ -48,7 +48,7 @@ class CsvSink:
     """The CSV report written as blocks of rows arrive (blocks.py): header first, then each block's lines."""
 
     def __init__(self, path: str | os.PathLike[str], cols: list[str], total: int = 0) -> None:
-        self.f = open(path, "w", newline="", encoding="utf-8", buffering=1 << 20)
+        self.f = open(path, "w", newline="", encoding="utf-8", errors="backslashreplace", buffering=1 << 20)
         self.f.write(header_line(cols))
 
     def add(self, b: Block) -> None:

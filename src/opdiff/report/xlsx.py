@@ -36,7 +36,8 @@ MAX_ROWS = 1 << 20  # Excel's sheet limit, header included: the CSV and JSON rep
 MAX_TEXT = 32767  # Excel's longest cell text
 # cell style indices of styles.xml: 0 plain, 1 header, 2.. one per result fill
 _STYLE = {None: 0, PASS: 2, WARNING: 3, FAIL: 4}
-_BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+# what XML 1.0 cannot hold, written as Excel's _xHHHH_: control characters, and lone surrogates (no UTF-8 for them)
+_BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 _CONTENT_TYPES = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
 <Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">\
