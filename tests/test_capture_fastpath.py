@@ -70,6 +70,37 @@ def test_stats_by_address_equal_the_chunked_path_and_the_reference(name):
             assert got.norm == pytest.approx(ref.norm, rel=1e-12)
 
 
+def _key_extremes(a: np.ndarray, name: str) -> tuple[float, float]:
+    """min and max by the definition the kernel keeps: float bits ordered as integers with the magnitude bits
+    of negatives flipped (so -0.0 < +0.0), over the finite elements."""
+    bits = a.view(K._FLOAT_BITS[name][0]).astype(np.int64)
+    width = a.dtype.itemsize * 8
+    keys = np.where(bits < 0, bits ^ ((1 << (width - 1)) - 1), bits)
+    finite = np.isfinite(a.astype(np.float64))
+    lo, hi = np.argmin(np.where(finite, keys, np.iinfo(np.int64).max)), np.argmax(np.where(finite, keys, -1 << 62))
+    return float(a[lo].astype(np.float64)), float(a[hi].astype(np.float64))
+
+
+@pytest.mark.parametrize("name", [n for n in DTYPES if n in K._FLOAT_BITS])
+@pytest.mark.parametrize("kind", ["mixed", "positive", "negative", "zeros", "-zeros", "signed zeros", "-0 and positive"])
+def test_float_extremes_are_the_key_order_whatever_the_signs(name, kind):
+    """The fast pass takes min/max from three integer reductions of the bits (signed min, signed max, unsigned
+    max) instead of one key per element: the same element, down to the sign of a zero, as the key order."""
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 1000, K.CHUNK + 3, K.SMALL + 11):
+        a = rng.standard_normal(n) * 4
+        a = {"positive": np.abs(a) + 0.25, "negative": -np.abs(a) - 0.25, "zeros": np.zeros(n), "-zeros": -np.zeros(n),
+             "signed zeros": np.where(np.arange(n) % 2 == 0, -0.0, 0.0), "-0 and positive": np.abs(a)}.get(kind, a)
+        if kind == "-0 and positive":
+            a[::3] = -0.0
+        a = a.astype(numpy_dtype(name))
+        want = _key_extremes(a, name)
+        for got in (K.array_stats(a, name), K.stats_at(a.ctypes.data, n, name) if n < K.SMALL else None):
+            if got is not None:
+                assert (got.min, got.max) == want
+                assert (math.copysign(1, got.min), math.copysign(1, got.max)) == tuple(math.copysign(1, w) for w in want)
+
+
 def test_torch_tensors_read_by_address_whatever_their_layout():
     base = torch.randn(96, 130)
     base[3, 5] = float("nan")

@@ -79,28 +79,99 @@ def _key_impl(x, bits, i):
     return impl
 
 
-@nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def _chunk_fast(x, bits, table, o, k):
-    """A chunk (array views) assuming every element is finite (the caller checks the sums).
+def _flip(b):
+    """The min/max key of float bits `b` (see _key): the magnitude bits flipped when negative."""
 
-    Indices run from 0 so that numba can see they are not negative: a loop from `lo` would keep
-    a wraparound check per element and not vectorise (8x slower).
-    """
+
+@overload(_flip, inline="always")
+def _flip_impl(b):
+    ty = getattr(np, f"int{b.bitwidth}")
+    shift, mask = ty(b.bitwidth - 1), ty((1 << (b.bitwidth - 1)) - 1)
+    return lambda b: b ^ ((b >> shift) & mask)
+
+
+def _unsigned(b):
+    """The same bits as an unsigned integer of the same width (a free reinterpretation)."""
+
+
+@overload(_unsigned, inline="always")
+def _unsigned_impl(b):
+    ty = getattr(np, f"uint{b.bitwidth}")
+    return lambda b: ty(b)
+
+
+def _signed(u, like):
+    """The same bits as `like`'s signed integer type."""
+
+
+@overload(_signed, inline="always")
+def _signed_impl(u, like):
+    ty = getattr(np, f"int{like.bitwidth}")
+    return lambda u, like: ty(u)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _chunk_fast_keys(x, bits, table, o, k):
+    """_chunk_fast for integer dtypes: the elements are their own keys."""
     s1 = 0.0
     s2 = 0.0
     zeros = np.int64(0)
-    kmn = _key(x, bits, 0)
+    kmn = x[0]
     kmx = kmn
     for i in range(x.size):
         v = _value(x, table, i)
         s1 += v
         s2 += v * v
         zeros += np.int64(v == 0.0)
-        key = _key(x, bits, i)
-        kmn = min(kmn, key)
-        kmx = max(kmx, key)
+        kmn = min(kmn, x[i])
+        kmx = max(kmx, x[i])
     o[0], o[1], o[2], o[3], o[4], o[5], o[6] = s1, s2, x.size, 0, 0, 0, zeros
     k[0], k[1] = kmn, kmx
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _chunk_fast_bits(x, bits, table, o, k):
+    """_chunk_fast for floats: the extreme keys from three plain integer reductions of the bits.
+
+    Signed bits order positive floats, unsigned bits put every negative float above every positive one and
+    order negatives by magnitude; so the key maximum is the signed maximum when some bits are >= 0 (else the
+    signed minimum), and the key minimum is the unsigned maximum when some element is negative (else the
+    signed minimum). Three min/max instructions per element instead of the key's five operations: the pass
+    is then about as fast as memory (fp32: ~25 against ~18 GB/s), with the very same keys."""
+    s1 = 0.0
+    s2 = 0.0
+    zeros = np.int64(0)
+    smn = bits[0]
+    smx = smn
+    umx = _unsigned(smn)
+    for i in range(x.size):
+        v = _value(x, table, i)
+        s1 += v
+        s2 += v * v
+        zeros += np.int64(v == 0.0)
+        b = bits[i]
+        smn = min(smn, b)
+        smx = max(smx, b)
+        umx = max(umx, _unsigned(b))
+    o[0], o[1], o[2], o[3], o[4], o[5], o[6] = s1, s2, x.size, 0, 0, 0, zeros
+    neg = _signed(umx, smn)
+    k[0] = _flip(neg if neg < 0 else smn)
+    k[1] = _flip(smx if smx >= 0 else smn)
+
+
+def _chunk_fast(x, bits, table, o, k):
+    """A chunk (array views) assuming every element is finite (the caller checks the sums).
+
+    Indices run from 0 so that numba can see they are not negative: a loop from `lo` would keep
+    a wraparound check per element and not vectorise (8x slower).
+    """
+
+
+@overload(_chunk_fast, inline="always")
+def _chunk_fast_impl(x, bits, table, o, k):
+    if isinstance(bits, types.NoneType):
+        return lambda x, bits, table, o, k: _chunk_fast_keys(x, bits, table, o, k)
+    return lambda x, bits, table, o, k: _chunk_fast_bits(x, bits, table, o, k)
 
 
 @nb.njit(cache=True, nogil=True)
