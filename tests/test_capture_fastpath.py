@@ -16,7 +16,7 @@ import opdiff
 from capture_helpers import build
 from opdiff.base.record import Stats
 from opdiff.capture import stats_kernel as K
-from opdiff.capture.torch.tensors import stats_of
+from opdiff.capture.torch.tensors import host_contiguous, stats_of, transposed_matrix
 from opdiff.store.format import numpy_dtype
 from opdiff.store.stats import tensor_stats
 from opdiff.store.writer import dumps_line
@@ -99,6 +99,39 @@ def test_float_extremes_are_the_key_order_whatever_the_signs(name, kind):
             if got is not None:
                 assert (got.min, got.max) == want
                 assert (math.copysign(1, got.min), math.copysign(1, got.max)) == tuple(math.copysign(1, w) for w in want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.float8_e4m3fn,
+                                   torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool])
+def test_a_transposed_matrix_is_made_row_major_bit_for_bit(dtype):
+    """A transposed weight (what aten hands mm/addmm for a Linear) is copied by a tiled transpose: the same bits
+    as torch's own strided copy, for every width, square or not, sizes not a multiple of the tile."""
+    torch.manual_seed(0)
+    for shape in ((700, 129), (129, 700), (300, 300), (1030, 65)):
+        w = (torch.randn(shape) * 10).to(dtype)
+        t = w.t()
+        assert transposed_matrix(t)
+        h = host_contiguous(t)
+        assert h.is_contiguous() and h.shape == t.shape and h.dtype == dtype
+        assert torch.equal(h.view(torch.uint8), t.contiguous().view(torch.uint8))
+    assert not transposed_matrix(torch.randn(300, 300).t()[1:])  # a slice: another layout, torch's copy
+    neg = torch.randn(300, 300)._neg_view().t()  # a view with its negative bit still to resolve: torch's copy
+    assert not transposed_matrix(neg) and torch.equal(host_contiguous(neg), neg.contiguous())
+
+
+def test_a_linear_weight_captured_at_aten_level_reads_back_transposed(tmp_path):
+    """mm/addmm's transposed weight input is stored row-major in the record's own shape."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(256, 300)
+    x = torch.randn(4, 256)
+    with torch.no_grad(), opdiff.capture(lin, tmp_path / "d", level="aten", mode="tensor"):
+        out = lin(x)
+    assert torch.equal(out, torch.nn.functional.linear(x, lin.weight, lin.bias))
+    d = opdiff.load(tmp_path / "d")
+    weights = [r for r in d if r.role == "input" and tuple(r.shape) == (256, 300)]
+    assert weights
+    for r in weights:
+        assert np.array_equal(d.tensor(r), lin.weight.detach().t().numpy())
 
 
 def test_torch_tensors_read_by_address_whatever_their_layout():
