@@ -101,6 +101,71 @@ def test_same_bytes_in_another_tensor_are_stored_once(tmp_path):
     assert same_bits(d.tensor(r), x.numpy()) and cap.writer.bytes_shared >= x.numel() * 4
 
 
+class _Flatten(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+
+class _Reshaped(torch.nn.Module):
+    """a's output [1, n, d] is b's input seen as [n, d] (the same memory); with `scale`, those bytes are first
+    doubled through `.data`, an alias whose version counter is its own."""
+
+    def __init__(self, scale: bool):
+        super().__init__()
+        self.a, self.b, self.scale = torch.nn.Identity(), _Flatten(), scale
+
+    def forward(self, x):
+        y = self.a(x.clone())
+        if self.scale:
+            y.data.mul_(2)
+        return self.b(y.view(-1, y.shape[-1])) + 1
+
+
+@pytest.mark.parametrize("scale", [False, True])
+def test_bytes_seen_again_under_size_one_dimensions_are_stored_once(tmp_path, scale):
+    """The same memory recorded again as [n, d] after [1, n, d] points at the stored copy (readers take a shape
+    that differs only in size-1 dimensions); bytes changed meanwhile behind the version counter's back fail the
+    content check and are stored anew: each record reads back what it held when it was recorded."""
+    x, model = torch.randn(1, 32, 48), _Reshaped(scale)
+    with torch.no_grad(), opdiff.capture(model, tmp_path / "d", level="module", mode="tensor"):
+        out = model(x)
+    assert torch.equal(out, (x * (2 if scale else 1)).view(32, 48) + 1)
+    d = opdiff.load(tmp_path / "d")
+    a_out, b_in = d["a/Identity#0/forward/output/0"], d["b/_Flatten#0/forward/input/0"]
+    assert a_out.shape == (1, 32, 48) and b_in.shape == (32, 48)
+    assert same_bits(d.tensor(a_out), x.numpy())
+    want = (x * (2 if scale else 1)).view(32, 48).numpy()
+    assert same_bits(d.tensor(b_in), want) and d.tensor(b_in).shape == (32, 48)
+    ref = tensor_stats(want)
+    assert b_in.hash == content_hash(want, "float32", (32, 48)) and (b_in.stats.min, b_in.stats.max) == (ref.min, ref.max)
+    assert b_in.stats.std == pytest.approx(ref.std, rel=1e-12)
+    assert b_in.data["key"] == (a_out.data["key"] if not scale else b_in.name)  # a's output is a's input
+
+
+def test_bytes_at_a_reused_address_are_not_taken_for_the_old_ones(tmp_path):
+    """Two tensors at one address in turn (the first freed, its memory reused with other values): the second is
+    stored with its own bytes, not pointed at the first's."""
+    class Reuse(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Identity(), _Flatten()
+
+        def forward(self, x):
+            buf = torch.empty(1, 16, 16)
+            buf.copy_(x)
+            self.a(buf)
+            buf.view(16, 16).neg_()  # in place through a view: the shared version counter moves, memory the same
+            return self.b(buf.view(16, 16)).sum()
+
+    x, model = torch.randn(1, 16, 16), Reuse()
+    with torch.no_grad(), opdiff.capture(model, tmp_path / "d", level="module", mode="tensor"):
+        model(x)
+    d = opdiff.load(tmp_path / "d")
+    assert same_bits(d.tensor(d["a/Identity#0/forward/output/0"]), x.numpy())
+    b_in = d["b/_Flatten#0/forward/input/0"]
+    assert same_bits(d.tensor(b_in), (-x).view(16, 16).numpy()) and b_in.data["key"] == b_in.name
+
+
 def _one_record_dump(path, data_line=None, version=None):
     with DumpWriter(path, {"model": "m"}) as w:
         w.begin(0, 0)

@@ -79,28 +79,99 @@ def _key_impl(x, bits, i):
     return impl
 
 
-@nb.njit(cache=True, nogil=True, fastmath=_FAST)
-def _chunk_fast(x, bits, table, o, k):
-    """A chunk (array views) assuming every element is finite (the caller checks the sums).
+def _flip(b):
+    """The min/max key of float bits `b` (see _key): the magnitude bits flipped when negative."""
 
-    Indices run from 0 so that numba can see they are not negative: a loop from `lo` would keep
-    a wraparound check per element and not vectorise (8x slower).
-    """
+
+@overload(_flip, inline="always")
+def _flip_impl(b):
+    ty = getattr(np, f"int{b.bitwidth}")
+    shift, mask = ty(b.bitwidth - 1), ty((1 << (b.bitwidth - 1)) - 1)
+    return lambda b: b ^ ((b >> shift) & mask)
+
+
+def _unsigned(b):
+    """The same bits as an unsigned integer of the same width (a free reinterpretation)."""
+
+
+@overload(_unsigned, inline="always")
+def _unsigned_impl(b):
+    ty = getattr(np, f"uint{b.bitwidth}")
+    return lambda b: ty(b)
+
+
+def _signed(u, like):
+    """The same bits as `like`'s signed integer type."""
+
+
+@overload(_signed, inline="always")
+def _signed_impl(u, like):
+    ty = getattr(np, f"int{like.bitwidth}")
+    return lambda u, like: ty(u)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _chunk_fast_keys(x, bits, table, o, k):
+    """_chunk_fast for integer dtypes: the elements are their own keys."""
     s1 = 0.0
     s2 = 0.0
     zeros = np.int64(0)
-    kmn = _key(x, bits, 0)
+    kmn = x[0]
     kmx = kmn
     for i in range(x.size):
         v = _value(x, table, i)
         s1 += v
         s2 += v * v
         zeros += np.int64(v == 0.0)
-        key = _key(x, bits, i)
-        kmn = min(kmn, key)
-        kmx = max(kmx, key)
+        kmn = min(kmn, x[i])
+        kmx = max(kmx, x[i])
     o[0], o[1], o[2], o[3], o[4], o[5], o[6] = s1, s2, x.size, 0, 0, 0, zeros
     k[0], k[1] = kmn, kmx
+
+
+@nb.njit(cache=True, nogil=True, fastmath=_FAST)
+def _chunk_fast_bits(x, bits, table, o, k):
+    """_chunk_fast for floats: the extreme keys from three plain integer reductions of the bits.
+
+    Signed bits order positive floats, unsigned bits put every negative float above every positive one and
+    order negatives by magnitude; so the key maximum is the signed maximum when some bits are >= 0 (else the
+    signed minimum), and the key minimum is the unsigned maximum when some element is negative (else the
+    signed minimum). Three min/max instructions per element instead of the key's five operations: the pass
+    is then about as fast as memory (fp32: ~25 against ~18 GB/s), with the very same keys."""
+    s1 = 0.0
+    s2 = 0.0
+    zeros = np.int64(0)
+    smn = bits[0]
+    smx = smn
+    umx = _unsigned(smn)
+    for i in range(x.size):
+        v = _value(x, table, i)
+        s1 += v
+        s2 += v * v
+        zeros += np.int64(v == 0.0)
+        b = bits[i]
+        smn = min(smn, b)
+        smx = max(smx, b)
+        umx = max(umx, _unsigned(b))
+    o[0], o[1], o[2], o[3], o[4], o[5], o[6] = s1, s2, x.size, 0, 0, 0, zeros
+    neg = _signed(umx, smn)
+    k[0] = _flip(neg if neg < 0 else smn)
+    k[1] = _flip(smx if smx >= 0 else smn)
+
+
+def _chunk_fast(x, bits, table, o, k):
+    """A chunk (array views) assuming every element is finite (the caller checks the sums).
+
+    Indices run from 0 so that numba can see they are not negative: a loop from `lo` would keep
+    a wraparound check per element and not vectorise (8x slower).
+    """
+
+
+@overload(_chunk_fast, inline="always")
+def _chunk_fast_impl(x, bits, table, o, k):
+    if isinstance(bits, types.NoneType):
+        return lambda x, bits, table, o, k: _chunk_fast_keys(x, bits, table, o, k)
+    return lambda x, bits, table, o, k: _chunk_fast_bits(x, bits, table, o, k)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -399,6 +470,33 @@ def copy_with_stats(arr: np.ndarray, dtype: str) -> tuple[np.ndarray, Stats]:
     return out, array_stats(out, dtype)
 
 
+TILE = 64  # transpose tile: a 64 x 64 block of the source and of the result stay in L1/L2 while it is copied
+
+
+@nb.njit(cache=True, nogil=True)
+def _transpose_tiles(src, out):
+    """out[j, i] = src[i, j], tile by tile, writing rows of `out` in order."""
+    rows, cols = src.shape
+    for i0 in range(0, rows, TILE):
+        i1 = min(rows, i0 + TILE)
+        for j0 in range(0, cols, TILE):
+            j1 = min(cols, j0 + TILE)
+            for j in range(j0, j1):
+                for i in range(i0, i1):
+                    out[j, i] = src[i, j]
+
+
+_SAME_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def transpose_into(src: np.ndarray, out: np.ndarray) -> None:
+    """Write the transpose of contiguous 2-D `src` into contiguous `out` (shape reversed, same dtype), bit for
+    bit (moved as same-width integers): tile by tile, ~2.5x quicker than torch's strided copy of a transposed
+    matrix (GPT-2's [768, 50257] output embedding into memory already touched: 41-44 against ~100 ms)."""
+    ty = _SAME_WIDTH[src.dtype.itemsize]
+    _transpose_tiles(src.view(ty), out.view(ty))
+
+
 def warm_up(dtypes=("float32", "float16", "bfloat16", "float64", "int64", "int32", "bool")) -> None:
     """Compile (or load from numba's cache) the kernels for these dtypes now rather than on first use."""
     for name in dtypes:
@@ -407,3 +505,5 @@ def warm_up(dtypes=("float32", "float16", "bfloat16", "float64", "int64", "int32
             array_stats(arr, name)
             copy_with_stats(arr, name)
             stats_at(arr.ctypes.data, n, name)
+    for width in _SAME_WIDTH.values():
+        transpose_into(np.zeros((2, 3), width), np.empty((3, 2), width))

@@ -17,6 +17,7 @@ import torch
 from ...base.record import Record, Stats
 from ...store.names import node_name, record_name
 from ...store.stats import content_hash
+from ...store.validate import same_layout
 from ...store.writer import DumpWriter
 from ..stats_kernel import array_stats, copy_with_stats
 from .layout import unwrap
@@ -58,6 +59,7 @@ class Recorder:
         self.pending_step = 0
         self._seen: dict[int, _Seen] = {}
         self._blocks: dict[tuple, tuple[weakref.ref, int, Stats]] = {}
+        self._stored_at: dict[tuple[int, int, str], Record] = {}  # (address, bytes, dtype) -> record storing them
         self.pipeline: dict[str, int] | None = None  # {"stage", "stages"} of a pipeline-parallel rank
         self.skipped = 0  # tensors the format cannot hold (complex, sparse, quantized, ...)
         self._deferred = DeferredStats()  # device tensors' statistics, read back once per written batch
@@ -71,6 +73,7 @@ class Recorder:
         self.counters.clear()
         self._seen.clear()
         self._blocks.clear()
+        self._stored_at.clear()
 
     def _ensure_part(self) -> None:
         if self.step != self.pending_step:
@@ -171,6 +174,8 @@ class Recorder:
         array = None
         if self.mode == "tensor":
             array, rec.stats, rec.hash, stored = self._data(t, name, rec.shape, live)
+            if t.device.type == "cpu" and t.is_contiguous():  # where these bytes lie, for a reshaped view of them
+                self._stored_at[(t.data_ptr(), rec.numel * t.element_size(), name)] = stored or rec
             if stored is not None:  # the run already holds these bytes: point at them
                 self._remember(ident, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
                 self.writer.add(rec, None, same_data_as=stored)
@@ -195,6 +200,8 @@ class Recorder:
         view = as_numpy(h, name)
         hsh = content_hash(view, name, shape)
         stored = self.writer.stored(name, shape, hsh)
+        if stored is None and h.data_ptr() == t.data_ptr():
+            stored = self._reshaped(view, name, shape)
         if stored is not None and stored.stats is not None:
             return None, stored.stats, hsh, stored
         if live and h.data_ptr() == t.data_ptr():  # written from its own memory before it can change (settle)
@@ -205,6 +212,19 @@ class Recorder:
         else:  # already a copy of ours (another device, a strided tensor made contiguous)
             array, stats = view, array_stats(view, name)
         return array, stats, hsh, None
+
+    def _reshaped(self, view: Any, name: str, shape: tuple[int, ...]) -> Record | None:
+        """The record storing these very bytes under a shape that differs only in size-1 dimensions (a view
+        such as `x.view(-1, d)` of a [1, n, d] tensor, or an op's [n, d] output read back as [1, n, d]),
+        which readers accept for this record's shape; None when there is none.
+
+        Found by address (the same memory, length and dtype recorded this step), and proved by content: the
+        bytes are hashed again with the stored record's shape and must give its hash. A memory block freed and
+        reused, or written through an alias whose version counter is its own, never passes for the old bytes."""
+        cand = self._stored_at.get((view.ctypes.data, view.nbytes, name))
+        if cand is None or cand.shape == shape or not same_layout(cand.shape, shape):
+            return None
+        return cand if content_hash(view, name, cand.shape) == cand.hash else None
 
     def settle(self) -> None:
         """Return once the tensors recorded `live` are on disk (the writer no longer reads their memory).
