@@ -188,6 +188,10 @@ def _pair_mode(mode: str, g: Record, t: Record) -> tuple[str | None, str]:
 
 def _source(dump: Dump, rec: Record) -> TensorSource:
     """Where a record's data lies (a span of a file, or an array), checked against the record."""
+    loc = dump.locate(rec)
+    if loc is not None:  # the format checked its file against the record's dtype and shape
+        return TensorSource(rec.dtype, rec.shape if type(rec.shape) is tuple else tuple(rec.shape), None, loc[0],
+                            loc[1], rec.hash, rec.name)
     src = dump.span(rec)
     if isinstance(src, np.ndarray):
         if src.size != rec.numel:

@@ -10,6 +10,7 @@ on its own, which names the problem; the rest of the batch is unaffected.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ import numpy as np
 import xxhash
 
 from ..base.pair import Metrics
-from ..store.format import numpy_dtype
+from ..store.format import DTYPES, numpy_dtype
 from . import kernel as K
 from .tensor import F16, F32, TensorDataError, TensorSource, Workspace, _kl_norm, finalize_rows, kernel_dtype, na_metrics
 
@@ -26,6 +27,8 @@ GAP = 4096  # bytes between two tensors of a file that one read still spans
 READ_MAX = 16 << 20  # bytes one read spans at most
 
 Range = tuple[float | None, float | None, float]
+_NUMPY = {name: dt for name, (dt, _) in DTYPES.items()}
+_ITEMSIZE = {name: dt.itemsize for name, dt in _NUMPY.items()}
 
 
 @dataclass
@@ -115,15 +118,34 @@ def read_sources(sources: list[TensorSource], ws: Workspace) -> list[np.ndarray 
         elif src.path is not None:
             by_file[src.path].append(k)
     sizes = {k: _nbytes(sources[k]) for ks in by_file.values() for k in ks}  # once per source: read twice below
+    hashes = _Hashes()
     for ks in by_file.values():
         ks.sort(key=lambda k: sources[k].offset)
         for run in _runs(sources, ks, sizes):
-            _read_run(sources, run, sizes, ws, out)
+            _read_run(sources, run, sizes, ws, out, hashes)
     return out
 
 
 def _nbytes(src: TensorSource) -> int:
-    return src.numel * numpy_dtype(src.dtype).itemsize
+    return math.prod(src.shape) * (_ITEMSIZE.get(src.dtype) or numpy_dtype(src.dtype).itemsize)
+
+
+class _Hashes:
+    """xxh3 states after the (dtype, shape) prefix of a record's content hash (store/stats.py), made once per
+    (dtype, shape) of a batch: a tensor's check then hashes only its bytes."""
+
+    def __init__(self) -> None:
+        self._seeded: dict[tuple[str, tuple[int, ...]], xxhash.xxh3_64] = {}
+
+    def matches(self, src: TensorSource, raw: np.ndarray) -> bool:
+        """Whether `raw` is the content `src.hash` (an "xxh3:" hash) names."""
+        key = (src.dtype, src.shape)
+        seeded = self._seeded.get(key)
+        if seeded is None:
+            seeded = self._seeded[key] = xxhash.xxh3_64(f"{src.dtype}{list(src.shape)}".encode())
+        h = seeded.copy()
+        h.update(raw.data)
+        return "xxh3:" + h.hexdigest() == src.hash
 
 
 def _runs(sources: list[TensorSource], ks: list[int], sizes: dict[int, int]) -> list[list[int]]:
@@ -144,7 +166,7 @@ def _runs(sources: list[TensorSource], ks: list[int], sizes: dict[int, int]) -> 
 
 
 def _read_run(sources: list[TensorSource], run: list[int], sizes: dict[int, int], ws: Workspace,
-              out: list[np.ndarray | None]) -> None:
+              out: list[np.ndarray | None], hashes: _Hashes | None = None) -> None:
     """One pread for a run of tensors; each tensor checked against its hash. A read cut short leaves the
     tensors past its end None (their pairs, compared alone, say the file is truncated)."""
     first = sources[run[0]]
@@ -157,13 +179,11 @@ def _read_run(sources: list[TensorSource], run: list[int], sizes: dict[int, int]
         ws.pread(path, start, memoryview(buf.data))
     except TensorDataError:
         return
+    hashes = hashes or _Hashes()
     for k in run:
         s = sources[k]
         lo = s.offset - start
         raw = buf[lo:lo + sizes[k]]
-        if s.hash and s.hash.startswith("xxh3:"):
-            h = xxhash.xxh3_64(f"{s.dtype}{list(s.shape)}".encode())
-            h.update(raw.data)
-            if "xxh3:" + h.hexdigest() != s.hash:
-                continue
-        out[k] = raw.view(numpy_dtype(s.dtype))
+        if s.hash and s.hash.startswith("xxh3:") and not hashes.matches(s, raw):
+            continue
+        out[k] = raw.view(_NUMPY.get(s.dtype) or numpy_dtype(s.dtype))
