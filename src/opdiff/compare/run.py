@@ -7,6 +7,7 @@ unreadable shard) is a DumpError; a single bad tensor makes only its pair N/A (s
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -50,7 +51,7 @@ from ..metrics.tensor import TensorDataError, TensorSource, Workspace, pair_metr
 from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower_precision, preset
 from ..metrics.verdict import Judge, verdict
 from ..store import Dump, load
-from ..store.format import FLOAT_DTYPES, dtype_name, numpy_dtype
+from ..store.format import DTYPES, FLOAT_DTYPES, dtype_name, numpy_dtype
 from .gate import Judgement
 from .parts import open_pair, shared_steps
 from .sameness import check_comparable
@@ -325,7 +326,12 @@ def _as_dump(d: Dump | str | os.PathLike[str]) -> Dump:
 
 
 def _nbytes(r: Record) -> int:
-    return r.numel * numpy_dtype(r.dtype).itemsize if r.data is not None else 0
+    if r.data is None:
+        return 0
+    return math.prod(r.shape) * (_ITEMSIZE.get(r.dtype) or numpy_dtype(r.dtype).itemsize)
+
+
+_ITEMSIZE = {name: dt.itemsize for name, (dt, _) in DTYPES.items()}
 
 
 def _batches(items: list[tuple[int, int]]) -> list[list[int]]:
@@ -386,12 +392,15 @@ def plan_pairs(golden: Dump, target: Dump, mapping: Mapping | None, mode: str) -
         target.check()
     pairs = align(golden, target, mapping)
     g_floor, t_floor = precision_floors(golden.records), precision_floors(target.records)
-    floors = [lower_precision(g_floor[p.golden.name], t_floor[p.target.name])
-              if p.golden is not None and p.target is not None else None for p in pairs]
+    floors: list[str | None] = []
     work: list[tuple[int, int]] = []
     for i, p in enumerate(pairs):
         g, t = p.golden, p.target
-        if g is not None and t is not None and _pair_mode(mode, g, t)[0] == "tensor" and tuple(g.shape) == tuple(t.shape):
+        if g is None or t is None:
+            floors.append(None)
+            continue
+        floors.append(lower_precision(g_floor[g.name], t_floor[t.name]))
+        if _pair_mode(mode, g, t)[0] == "tensor" and (g.shape == t.shape or tuple(g.shape) == tuple(t.shape)):
             work.append((i, _nbytes(g) + _nbytes(t)))
     return PairPlan(pairs, floors, work)
 

@@ -32,7 +32,7 @@ _NUMPY = {name: dt for name, (dt, _) in DTYPES.items()}
 _ITEMSIZE = {name: dt.itemsize for name, dt in _NUMPY.items()}
 
 
-@dataclass
+@dataclass(slots=True)
 class PairItem:
     """One small pair of a batch: both sources and, when the records' statistics give them, their ranges."""
 

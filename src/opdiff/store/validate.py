@@ -12,8 +12,11 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from ..base import gcpause
 from ..base.errors import DumpError
@@ -212,7 +215,9 @@ def shard_entries(path: Path, raw: bytes, n: int, size: int) -> ShardHeader:
     """Every entry of a safetensors header checked: known dtype, sizes, offsets inside the file that
     hold exactly the shape's bytes and overlap no other tensor."""
     try:
-        header = parse_json(raw)
+        header = _header_fast(raw)
+        if header is None:
+            header = parse_json(raw)
         if not isinstance(header, dict):
             raise ValueError("not a JSON object")
     except ValueError as exc:
@@ -231,6 +236,29 @@ def shard_entries(path: Path, raw: bytes, n: int, size: int) -> ShardHeader:
         if s1 < e0:
             raise DumpError(f"{path}: tensors {k0!r} and {k1!r} overlap in the shard (corrupt header)")
     return ShardHeader(path=path, size=size, entries=entries)
+
+
+def _header_fast(raw: bytes) -> dict[str, Any] | None:
+    """A header parsed by orjson (twice as fast as json on thousands of entries) when that provably is what
+    parse_json gives: no escape in the text, and no repeated key, which orjson would pass over silently.
+    The proof counts pairs: every colon outside a string separates one key from its value, so the colons of
+    the text less those inside the keys counted equal the pairs parsed only when no key was dropped (counting
+    fewer pairs or fewer colons can only make them differ). None for anything else: parse_json parses it
+    and names any problem."""
+    if b"\\" in raw:
+        return None
+    try:
+        header = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(header) is not dict:
+        return None
+    values = list(header.values())
+    if values and set(map(type, values)) != {dict}:
+        return None
+    pairs = len(header) + sum(map(len, values))
+    in_keys = "".join(header).count(":") + "".join(chain.from_iterable(values)).count(":")
+    return header if pairs == raw.count(b":") - in_keys else None
 
 
 def _entry(info: Any, base: int, size: int) -> tuple[str, tuple[int, ...], int, int]:
