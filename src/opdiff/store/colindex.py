@@ -339,13 +339,19 @@ def _extra(text: str) -> dict[str, Any]:
 
 
 def _shapes(c: Columns) -> list[tuple[int, ...]]:
+    """Each record's shape; records of one shape share one tuple (a run holds few distinct shapes: less
+    memory per record, fewer tuples made)."""
     ndim = c.ints[:, 3]
     if len(ndim) and (ndim == ndim[0]).all():  # one rank for all: rows of a matrix
         k = int(ndim[0])
-        return list(map(tuple, c.dims.reshape(len(ndim), k).tolist())) if k else [()] * len(ndim)
+        if not k:
+            return [()] * len(ndim)
+        distinct, which = np.unique(c.dims.reshape(len(ndim), k), axis=0, return_inverse=True)
+        return list(map(list(map(tuple, distinct.tolist())).__getitem__, which.reshape(-1).tolist()))
     dims = c.dims.tolist()
     ends = np.cumsum(ndim).tolist()
-    return [tuple(dims[a:b]) for a, b in zip([0, *ends[:-1]], ends)]
+    seen: dict[tuple[int, ...], tuple[int, ...]] = {}
+    return [seen.setdefault(t, t) for t in (tuple(dims[a:b]) for a, b in zip([0, *ends[:-1]], ends))]
 
 
 def _stats(c: Columns) -> list[Stats | None]:

@@ -224,11 +224,12 @@ def shard_entries(path: Path, raw: bytes, n: int, size: int) -> ShardHeader:
         raise DumpError(f"{path}: corrupt safetensors header ({exc})") from None
     base = 8 + n
     entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
+    shapes: dict[tuple[int, ...], tuple[int, ...]] = {}  # entries of one shape share one tuple
     for key, info in header.items():
         if key == "__metadata__":
             continue
         try:
-            entries[key] = _entry(info, base, size)
+            entries[key] = _entry(info, base, size, shapes)
         except ValueError as exc:
             raise DumpError(f"{path}: corrupt safetensors header entry for {key!r}: {exc}") from None
     spans = sorted((e[2], e[3], k) for k, e in entries.items() if e[3] > e[2])
@@ -261,12 +262,14 @@ def _header_fast(raw: bytes) -> dict[str, Any] | None:
     return header if pairs == raw.count(b":") - in_keys else None
 
 
-def _entry(info: Any, base: int, size: int) -> tuple[str, tuple[int, ...], int, int]:
-    fast = _entry_fast(info, base, size)
+def _entry(info: Any, base: int, size: int, shapes: dict[tuple[int, ...], tuple[int, ...]] | None = None
+           ) -> tuple[str, tuple[int, ...], int, int]:
+    fast = _entry_fast(info, base, size, shapes)
     return fast if fast is not None else _entry_checked(info, base, size)
 
 
-def _entry_fast(info: Any, base: int, size: int) -> tuple[str, tuple[int, ...], int, int] | None:
+def _entry_fast(info: Any, base: int, size: int, shapes: dict[tuple[int, ...], tuple[int, ...]] | None = None
+                ) -> tuple[str, tuple[int, ...], int, int] | None:
     """The entry of a sound header member, every check of _entry_checked made with exact type tests; None
     for anything _entry_checked must look at (it names the problem). Never raises."""
     if type(info) is not dict:
@@ -285,7 +288,8 @@ def _entry_fast(info: Any, base: int, size: int) -> tuple[str, tuple[int, ...], 
         n *= d
     if hi - lo != n * DTYPES[dtype][0].itemsize:
         return None
-    return dtype, tuple(shape), base + lo, base + hi
+    dims = tuple(shape)
+    return dtype, dims if shapes is None else shapes.setdefault(dims, dims), base + lo, base + hi
 
 
 def _entry_checked(info: Any, base: int, size: int) -> tuple[str, tuple[int, ...], int, int]:
