@@ -344,14 +344,13 @@ def _shapes(c: Columns) -> list[tuple[int, ...]]:
     ndim = c.ints[:, 3]
     if len(ndim) and (ndim == ndim[0]).all():  # one rank for all: rows of a matrix
         k = int(ndim[0])
-        if not k:
-            return [()] * len(ndim)
-        distinct, which = np.unique(c.dims.reshape(len(ndim), k), axis=0, return_inverse=True)
-        return list(map(list(map(tuple, distinct.tolist())).__getitem__, which.reshape(-1).tolist()))
-    dims = c.dims.tolist()
-    ends = np.cumsum(ndim).tolist()
+        made = list(map(tuple, c.dims.reshape(len(ndim), k).tolist())) if k else [()] * len(ndim)
+    else:
+        dims = c.dims.tolist()
+        ends = np.cumsum(ndim).tolist()
+        made = [tuple(dims[a:b]) for a, b in zip([0, *ends[:-1]], ends)]
     seen: dict[tuple[int, ...], tuple[int, ...]] = {}
-    return [seen.setdefault(t, t) for t in (tuple(dims[a:b]) for a, b in zip([0, *ends[:-1]], ends))]
+    return list(map(seen.setdefault, made, made))
 
 
 def _stats(c: Columns) -> list[Stats | None]:
