@@ -114,8 +114,9 @@ def test_compare_in_batches_equals_compare_pair_by_pair(tmp_path, monkeypatch):
     batched = compare(gp, tp, workers=1)
     monkeypatch.setattr(R, "SMALL_PAIR", 0)  # nothing batched
     alone = compare(gp, tp, workers=1)
-    assert [(r.status, r.result, r.metrics, r.err_message) for r in batched.results] == \
-        [(r.status, r.result, r.metrics, r.err_message) for r in alone.results]
+    fields = ("status", "mode", "result", "metrics", "err_message", "bitwise_equal", "precision", "match", "note")
+    assert [[getattr(r, f) for f in fields] for r in batched.results] == \
+        [[getattr(r, f) for f in fields] for r in alone.results]
     bad = [r for r in batched.results if r.status == "error"]
     assert len(bad) == 1 and bad[0].index == 17 and "does not match its recorded hash" in bad[0].err_message
     assert all(r.status == "compared" for r in batched.results if r.index != 17)

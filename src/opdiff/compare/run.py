@@ -280,13 +280,19 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
                 _source(golden_dump, g), _source(target_dump, t), ws, golden_range=_range(g), target_range=_range(t))
         except (TensorDataError, DumpError) as exc:
             return _result(pair, STATUS_ERROR, pmode, err=f"data unreadable: {exc}")
+    return _judged(golden_dump, target_dump, pair, pmode, metrics, floor, judge or Judge(thresholds))
+
+
+def _judged(golden_dump: Dump, target_dump: Dump, pair: Pair, pmode: str, metrics: Metrics, floor: str | None,
+            judge: Judge) -> PairResult:
+    """A compared pair's result: its verdict (a mask judged by what it lets through), precision, bitwise
+    equality and messages (compare_pair's end, once its checks held)."""
+    g, t = pair.golden, pair.target
+    assert g is not None and t is not None  # compared: both sides
     why_na = metrics.pop(ERR_MESSAGE, "")
-    if judge is not None:
-        result, reason = judge(metrics, g.dtype, t.dtype, pmode, floor)
-    else:
-        result, reason = verdict(metrics, g.dtype, t.dtype, pmode, thresholds, floor)
+    result, reason = judge(metrics, g.dtype, t.dtype, pmode, floor)
     if result != PASS and pmode == "tensor" and mask_pair(g, t):
-        result, reason = _as_mask(golden_dump, target_dump, g, t, thresholds, floor, (result, reason))
+        result, reason = _as_mask(golden_dump, target_dump, g, t, judge.thresholds, floor, (result, reason))
     precision = dtype_class(g.dtype, t.dtype, floor)[0]
     bitwise = hash_equal(g, t)
     if bitwise is None and pmode == "tensor":
@@ -412,8 +418,10 @@ def compare_subset(golden: Dump, target: Dump, plan: PairPlan, positions: list[i
     done = small_pair_metrics(golden, target, plan.pairs, positions, mode, ws) if ws is not None else {}
     judge = Judge(thresholds)
     pairs, floors = plan.pairs, plan.floors
-    return [(i, compare_pair(golden, target, pairs[i], mode, thresholds, ws, floors[i], done.get(i), judge))
-            for i in positions]
+    # a pair the batch computed passed compare_pair's checks there (_batchable): only its judgement is left
+    return [(i, compare_pair(golden, target, pairs[i], mode, thresholds, ws, floors[i], None, judge) if m is None
+             else _judged(golden, target, pairs[i], "tensor", m, floors[i], judge))
+            for i, m in zip(positions, map(done.get, positions))]
 
 
 def _batchable(g: Record | None, t: Record | None, mode: str) -> bool:
