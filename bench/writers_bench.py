@@ -1,7 +1,7 @@
-"""Each report writer of a comparison alone (issue 23: the default outputs <= 8 us per row together, memory of
+"""Each report writer of a comparison alone (issue 23: the default outputs <= 12 us per row together, memory of
 writing flat in the number of rows): CPU per row, best of --repeat, and the peak of Python allocations while
 writing (tracemalloc, a separate pass), then all of them through report.write_many (one pass over the rows for
-CSV and XLSX) where the tree has it.
+the CSV and XLSX, and the JSON too in trees since session 5) where the tree has it.
 
     PYTHONPATH=src .venv/bin/python bench/writers_bench.py [--records 100000] [--formats csv,xlsx,json]
                                                           [--repeat 3] [--out /tmp/opdiff-writers] [--reuse] [--keep]

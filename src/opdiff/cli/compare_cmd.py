@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from ..base import gcpause
 from ..base.errors import OpdiffError
 from ..base.outdir import check_replaceable, check_writable, claim_dir
 from .dask_opts import dask_options
@@ -111,27 +112,28 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
         return run_compare(golden, target, Path(out), scheduler=scheduler, placement=placement, shard_mb=shard_mb,
                            fmts=fmts, top=top, allow_unmatched=allow_unmatched, force=force, mapping=mapping,
                            mode=mode, thresholds=th, rank=rank, step=step, allow_partial=allow_partial)
-    g, t = open_sides(golden, target, rank, step, allow_partial, layout_file, merge)
-    out_dir = Path(out)
-    _prepare_out(out_dir, force, fmts)
-    from .. import report
-    from ..compare.run import compare  # the kernels load only once the input is known to be good
-    from .parallel_opts import merged
+    with gcpause.paused():  # ~a million long-lived objects: no full collections over them (base/gcpause.py)
+        g, t = open_sides(golden, target, rank, step, allow_partial, layout_file, merge)
+        out_dir = Path(out)
+        _prepare_out(out_dir, force, fmts)
+        from .. import report
+        from ..compare.run import compare  # the kernels load only once the input is known to be good
+        from .parallel_opts import merged
 
-    every_step = rank is None and step is None and not merged(g) and not merged(t)  # --step/--rank: that part only
-    cmp = compare(g, t, mapping=mapping, mode=mode, thresholds=th, workers=workers, progress=not no_progress,
-                  all_steps=every_step)
-    from ..diagnose.gate import judge
+        every_step = rank is None and step is None and not merged(g) and not merged(t)  # --step/--rank: that part only
+        cmp = compare(g, t, mapping=mapping, mode=mode, thresholds=th, workers=workers, progress=not no_progress,
+                      all_steps=every_step)
+        from ..diagnose.gate import judge
 
-    judge(cmp, rule="thresholds" if rule == "thresholds" else "noise", allow_unmatched=allow_unmatched)  # the run's pass/fail, before anything is reported
-    paths = _paths(out_dir, fmts)
-    # the verdict first: the report files (XLSX alone takes seconds on big comparisons) are written
-    # after it, before the command returns; each to a temporary file renamed into place
-    report.render(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
-    report.write_many(cmp, list(zip(fmts, paths)))  # CSV and XLSX in one pass over the rows
-    _say_steps(cmp, allow_unmatched)
-    ranks_failed = parallel_report(g, t, cmp.results, th, out_dir)
-    return 0 if cmp.passed(allow_unmatched) and not ranks_failed else 1
+        judge(cmp, rule="thresholds" if rule == "thresholds" else "noise", allow_unmatched=allow_unmatched)  # the run's pass/fail, before anything is reported
+        paths = _paths(out_dir, fmts)
+        # the verdict first: the report files (XLSX alone takes seconds on big comparisons) are written
+        # after it, before the command returns; each to a temporary file renamed into place
+        report.render(cmp, top=top, outputs=[str(p) for p in paths], allow_unmatched=allow_unmatched)
+        report.write_many(cmp, list(zip(fmts, paths)))  # CSV, XLSX and JSON in one pass over the rows
+        _say_steps(cmp, allow_unmatched)
+        ranks_failed = parallel_report(g, t, cmp.results, th, out_dir)
+        return 0 if cmp.passed(allow_unmatched) and not ranks_failed else 1
 
 
 def gate_rule(gate: str, preset: str, thresholds_file: str | None, pass_if: tuple[str, ...]) -> str:

@@ -13,9 +13,11 @@ import io
 import os
 import re
 
+from ..base import gcpause
 from ..compare.run import Comparison
-from .blocks import Block, Column, blocks
+from .blocks import Block, Column, blocks, distinct
 from .table import table_columns
+from .weave import fold, weave
 
 _QUOTE = re.compile(r'[,"\r\n]')  # what makes csv.writer quote a field (QUOTE_MINIMAL)
 
@@ -27,7 +29,10 @@ def _quoted(texts: list[str]) -> list[str]:
 def cells(c: Column) -> list[str]:
     """The column's cells as csv.writer writes them: numbers never need quotes; texts only when they hold a
     delimiter, a quote or a line break (checked once over the whole column)."""
-    if c.special is None or not _QUOTE.search("\x1f".join(c.texts)):
+    if c.special is None:
+        return c.texts
+    joined = "".join(distinct(c))
+    if "," not in joined and '"' not in joined and "\r" not in joined and "\n" not in joined:
         return c.texts
     return _quoted(c.texts)
 
@@ -43,12 +48,14 @@ class CsvSink:
     """The CSV report written as blocks of rows arrive (blocks.py): header first, then each block's lines."""
 
     def __init__(self, path: str | os.PathLike[str], cols: list[str], total: int = 0) -> None:
-        self.f = open(path, "w", newline="", encoding="utf-8", buffering=1 << 20)
+        self.f = open(path, "w", newline="", encoding="utf-8", errors="backslashreplace", buffering=1 << 20)
         self.f.write(header_line(cols))
 
     def add(self, b: Block) -> None:
+        """The block's lines: cells between commas, a column with one text in every row part of the pieces."""
         if b.results:
-            self.f.write("\r\n".join(map(",".join, zip(*[cells(c) for c in b.columns]))) + "\r\n")
+            cols = [cells(c) for c in b.columns]
+            self.f.write(weave(*fold(["", *[","] * (len(cols) - 1), "\r\n"], cols), 0, len(b.results)))
 
     def close(self) -> None:
         self.f.close()
@@ -61,7 +68,8 @@ def write_csv(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     cols = table_columns(cmp)
     sink = CsvSink(path, cols)
     try:
-        for b in blocks(cmp, cols):
-            sink.add(b)
+        with gcpause.paused():  # the comparison's objects: no full collections over them (base/gcpause.py)
+            for b in blocks(cmp, cols):
+                sink.add(b)
     finally:
         sink.close()

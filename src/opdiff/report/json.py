@@ -3,10 +3,12 @@
 Non-finite numbers follow opdiff's one rule (base/jsonsafe.py): `null`, and for metrics a sibling
 "metrics_nonfinite" {name: "nan"|"inf"|"-inf"} where any metric is non-finite.
 
-The "pairs" array is streamed one pair per line through orjson when it is installed (a dependency): the
-same values as the standard encoder's text (floats round-trip exactly; non-ASCII text as UTF-8 rather than
-\\u escapes), ~5x less CPU per pair. A pair's metrics are encoded alone first: only a pair whose metrics
-hold a null (N/A, nan, inf) goes through split_nonfinite.
+The "pairs" array is streamed one pair per line, a block of pairs at a time (JsonSink, one of the sinks
+report.write_many feeds in one pass with the CSV and XLSX): the lines of ordinary pairs from one template
+per block (json_rows.py), any other pair through orjson alone, where orjson is installed (a dependency):
+the same values as the standard encoder's text (floats round-trip exactly; non-ASCII text as UTF-8 rather
+than \\u escapes). A pair encoded alone has its metrics encoded first: only a pair whose metrics hold a
+null (N/A, nan, inf) goes through split_nonfinite.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from ..base import gcpause
 from ..base.jsonsafe import compact, dumps, split_nonfinite
 from ..base.pair import PairResult
 from ..base.record import Record
@@ -22,8 +25,10 @@ from ..base.version import __version__
 from ..compare.run import Comparison
 from ..metrics import names as M
 from ..store import Dump
-from . import numtext
+from . import json_rows, numtext
+from .blocks import Block, blocks
 from .table import ACCURACY_REACHED, parts
+from .weave import weave
 
 SCHEMA = "opdiff-compare"
 SCHEMA_VERSION = 2  # 2: non-finite metrics are null + metrics_nonfinite (1: strings "NaN", "Infinity")
@@ -118,38 +123,74 @@ def _pairs(cmp: Comparison) -> Iterator[tuple[PairResult, dict[str, Any]]]:
 
 
 def write_json(cmp: Comparison, path: str | os.PathLike[str]) -> None:
-    """Write the JSON report (strict JSON: allow_nan=False), one pair per line, streamed: memory
-    does not grow with the number of pairs."""
-    head = dumps(comparison_json(cmp, pairs=False), separators=(",", ":"))
-    with open(path, "wb", buffering=1 << 20) as f:
-        f.write((head[:-1] + ',"pairs":[\n').encode("utf-8"))
-        lines = _fast_lines(cmp) if numtext.orjson is not None else \
-            ((compact(doc) + "\n").encode("utf-8") for _, doc in _pairs(cmp))
-        for i, line in enumerate(lines):
-            f.write(b"," + line if i else line)
-        f.write(b"]}\n")
+    """Write the JSON report (strict JSON: allow_nan=False), one pair per line, streamed a block of pairs at
+    a time: memory does not grow with the number of pairs."""
+    sink = JsonSink(path, cmp)
+    try:
+        with gcpause.paused():  # the comparison's objects: no full collections over them (base/gcpause.py)
+            for b in blocks(cmp, []):
+                sink.add(b)
+    finally:
+        sink.close()
 
 
-def _default(o: Any) -> Any:
-    """What orjson cannot encode itself: a numpy scalar as its Python value, anything else as text."""
-    if hasattr(o, "item") and not isinstance(o, (list, dict, str)):
-        return o.item()
-    return str(o)
+class JsonSink:
+    """The JSON report written as blocks of pairs arrive (blocks.py): the head (comparison_json without the
+    pairs), each block's pair lines (pair_lines), the end. One of report/tables.py's sinks: with the CSV and
+    XLSX in one pass, it takes the block's columns those have formatted already."""
+
+    def __init__(self, path: str | os.PathLike[str], cmp: Comparison) -> None:
+        head = dumps(comparison_json(cmp, pairs=False), separators=(",", ":"))
+        self.multi = bool(cmp.other_steps)
+        self.names: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self.f = open(path, "wb", buffering=1 << 20)
+        self.f.write((head[:-1] + ',"pairs":[\n').encode("utf-8"))
+        self.first = True
+
+    def add(self, b: Block) -> None:
+        for chunk in pair_lines(b, self.names, self.multi):
+            if self.first and chunk:
+                chunk, self.first = chunk[1:], False  # the array's first line has no comma before it
+            self.f.write(chunk)
+
+    def close(self) -> None:
+        try:
+            self.f.write(b"]}\n")
+        finally:
+            self.f.close()
 
 
-def _fast_lines(cmp: Comparison) -> Iterator[bytes]:
-    """Each pair's line of the "pairs" array (pair_json's object) through orjson."""
+def pair_lines(b: Block, names: dict[tuple[str, ...], tuple[str, ...]], multi: bool) -> Iterator[bytes]:
+    """The block's lines of the "pairs" array, each "," + pair_json's object + newline (with "rank" and "step"
+    first when `multi`). Runs of ordinary pairs come from one template (json_rows.py); a pair the template
+    does not cover (a missing side, a fusion group, a non-finite or N/A metric, a text orjson refuses) is
+    encoded alone (`_fast_line`), and everything by the standard encoder where orjson is not installed."""
+    at = b.at if multi else None
+    if numtext.orjson is None:
+        for r in b.results:
+            doc = pair_json(r)
+            yield ("," + compact({"rank": at[0], "step": at[1], **doc} if at else doc) + "\n").encode("utf-8")
+        return
+    template = json_rows.template(b, at)
+    for fast, start, stop in json_rows.runs(template.slow, len(b.results)):
+        if fast:
+            yield weave(template.pieces, template.columns, start, stop).encode("utf-8")
+            continue
+        for r in b.results[start:stop]:
+            yield b"," + _line(r, names, at)
+
+
+def _line(r: PairResult, names: dict[tuple[str, ...], tuple[str, ...]], at: tuple[int, int] | None) -> bytes:
+    """One pair's line through orjson, or the standard encoder's where orjson refuses a value."""
     orjson = numtext.orjson
-    assert orjson is not None
-    names: dict[tuple[str, ...], tuple[str, ...]] = {}  # a metrics dict's keys -> their column names
-    frag, dumps_ = orjson.Fragment, orjson.dumps
-    for (rank, step), c in parts(cmp):
-        for r in c.results:
-            try:
-                yield _fast_line(r, names, frag, dumps_, (rank, step) if cmp.other_steps else None)
-            except TypeError:  # what orjson refuses (an int past 64 bits): the standard encoder's line
-                doc = pair_json(r)
-                yield (compact({"rank": rank, "step": step, **doc} if cmp.other_steps else doc) + "\n").encode()
+    try:
+        return _fast_line(r, names, orjson.Fragment, orjson.dumps, at)
+    except TypeError:  # what orjson refuses (an int past 64 bits, a lone surrogate): the standard encoder's line
+        doc = pair_json(r)
+        return (compact({"rank": at[0], "step": at[1], **doc} if at else doc) + "\n").encode("utf-8")
+
+
+_default = json_rows.default  # what orjson cannot encode itself
 
 
 def _fast_line(r: PairResult, names: dict[tuple[str, ...], tuple[str, ...]], frag: Any, dumps_: Any,

@@ -68,7 +68,7 @@ def write_msprobe_csv(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     """msprobe's table as CSV, byte for byte what csv.writer writes for it (None as "None"), a block of rows at
     a time with each column's numbers formatted at once (blocks.number_column, csv.cells)."""
     header, rows = msprobe_table(cmp)
-    with open(path, "w", newline="", encoding="utf-8", buffering=1 << 20) as f:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace", buffering=1 << 20) as f:
         f.write(header_line(header))
         for i in range(0, len(rows), BLOCK_ROWS):
             block = rows[i:i + BLOCK_ROWS]

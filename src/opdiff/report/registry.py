@@ -108,8 +108,8 @@ def write(result: object, fmt: str, path: str | os.PathLike[str], **options: Any
 
 
 def write_many(result: object, outputs: list[tuple[str, Path]]) -> None:
-    """Write each (format, path) as `write` does; a comparison's CSV and XLSX in one pass over its rows
-    (report/tables.py: the rows are gathered and formatted once for both)."""
+    """Write each (format, path) as `write` does; a comparison's CSV, XLSX and JSON in one pass over its rows
+    (report/tables.py: the rows are gathered and formatted once for all of them)."""
     table = [(f, Path(p)) for f, p in outputs if f in TABLE_FORMATS] if COMPARISON in _names(result) else []
     if len(table) > 1:
         write_tables(result, table)  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
-"""The comparison table's formats written together: one pass over the rows feeds every table sink (CSV,
-XLSX), so that the rows are gathered and their numbers formatted once (blocks.py), not once per format."""
+"""The comparison's row formats written together: one pass over the rows feeds every sink (CSV, XLSX, JSON),
+so that the rows are gathered and their numbers formatted once (blocks.py), not once per format."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..base import gcpause
 from ..base.outdir import write_atomic
 from ..compare.run import Comparison
 from .blocks import Block, blocks
 from .csv import CsvSink
+from .json import JsonSink
 from .table import all_results, table_columns
 from .xlsx import XlsxSink
 
@@ -23,7 +25,19 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-SINKS: dict[str, Callable[[Path, list[str], int], Sink]] = {"csv": CsvSink, "xlsx": XlsxSink}
+def _csv(path: Path, cmp: Comparison, cols: list[str], total: int) -> Sink:
+    return CsvSink(path, cols, total)
+
+
+def _xlsx(path: Path, cmp: Comparison, cols: list[str], total: int) -> Sink:
+    return XlsxSink(path, cols, total)
+
+
+def _json(path: Path, cmp: Comparison, cols: list[str], total: int) -> Sink:
+    return JsonSink(path, cmp)
+
+
+SINKS: dict[str, Callable[[Path, Comparison, list[str], int], Sink]] = {"csv": _csv, "xlsx": _xlsx, "json": _json}
 
 
 def write_tables(cmp: Comparison, outputs: list[tuple[str, Path]]) -> None:
@@ -36,10 +50,11 @@ def write_tables(cmp: Comparison, outputs: list[tuple[str, Path]]) -> None:
         sinks: list[Sink] = []
         try:
             for (fmt, _), tmp in zip(outputs, tmps):
-                sinks.append(SINKS[fmt](tmp, cols, total))
-            for b in blocks(cmp, cols):
-                for s in sinks:
-                    s.add(b)
+                sinks.append(SINKS[fmt](tmp, cmp, cols, total))
+            with gcpause.paused():  # a million live objects of the comparison: no full collections over them
+                for b in blocks(cmp, cols):
+                    for s in sinks:
+                        s.add(b)
         finally:
             for s in sinks:
                 s.close()

@@ -13,20 +13,31 @@ import math
 import os
 import re
 import zipfile
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from itertools import repeat
+from operator import attrgetter
+from typing import IO, Any
 
+from ..base import gcpause
 from ..base.vocab import FAIL, PASS, WARNING
 from ..compare.run import Comparison
-from .blocks import Block, Column, blocks
+from .blocks import Block, Column, blocks, distinct
 from .table import all_results, table_columns
+from .weave import constant, fold, weave
+
+_isal: Any  # ISA-L's deflate (isal.isal_zlib), or None where it is not installed: zlib's, slower
+try:
+    from isal import isal_zlib as _isal
+except ImportError:  # pragma: no cover - isal is a dependency; zlib writes the same format
+    _isal = None
 
 FILLS = {PASS: "C6EFCE", WARNING: "FFEB9C", FAIL: "FFC7CE"}  # Excel's good / neutral / bad fills
 MAX_ROWS = 1 << 20  # Excel's sheet limit, header included: the CSV and JSON reports hold every row
 MAX_TEXT = 32767  # Excel's longest cell text
 # cell style indices of styles.xml: 0 plain, 1 header, 2.. one per result fill
 _STYLE = {None: 0, PASS: 2, WARNING: 3, FAIL: 4}
-_BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+# what XML 1.0 cannot hold, written as Excel's _xHHHH_: control characters, and lone surrogates (no UTF-8 for them)
+_BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 _CONTENT_TYPES = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
 <Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">\
@@ -123,31 +134,61 @@ def _cell(ref: str, v: Any, s: str) -> str:
 
 def _payload(c: Column) -> tuple[str, list[str] | None]:
     """How a block's column goes into the row template: (its piece after `<c` and the style, the texts that
-    fill it). Numbers and plain texts (no escape, space kept or shortening needed; checked once over the
-    joined column) go in as they are; other columns as whole cells after `<c s=".."` (`_body`)."""
+    fill it). Numbers and plain texts (no escape, space kept or shortening needed; checked once per distinct
+    text) go in as they are; a column of numbers with a few other cells (N/A, nan) as whole cells, its
+    numbers' texts wrapped, the others written by `_body`; other columns as whole cells by `_body`."""
     if c.special is None:
         return "><v>%s</v></c>", c.texts
     if len(c.special) == len(c.values):
         if not any(c.values):  # a column of empty texts (Err_message, Note): empty cells
             return "/>", None
-        if _plain_texts(c.values):
-            return ' t="inlineStr"><is><t>%s</t></is></c>', c.values
-    return "%s", [_body(v) for v in c.values]
+        if c.texts is c.values and _plain_texts(distinct(c)):
+            return ' t="inlineStr"><is><t>%s</t></is></c>', c.texts
+        return "%s", [_body(v) for v in c.values]
+    cells = ["><v>" + t + "</v></c>" for t in c.texts]
+    for i in c.special:
+        cells[i] = _body(c.values[i])
+    return "%s", cells
 
 
-def _plain_texts(values: list[Any]) -> bool:
-    """Whether every value is a non-empty ASCII string written as it is (no markup, control character or
-    space at either end, not too long for a cell)."""
-    if not set(map(type, values)) <= {str} or "" in values:
+def _plain_texts(texts: set[str]) -> bool:
+    """Whether every text is non-empty ASCII written as it is (no markup, control character or space at
+    either end, not too long for a cell)."""
+    if "" in texts:
         return False
-    joined = "\x00".join(values)
-    return joined.isascii() and joined.count("\x00") == len(values) - 1 and not _PLAIN_NOT.search(joined) and \
-        "\x00 " not in joined and " \x00" not in joined and joined[:1] != " " and joined[-1:] != " " and \
-        max(map(len, values)) <= MAX_TEXT
+    joined = "\x00".join(texts)
+    if not joined.isascii() or joined.count("\x00") != len(texts) - 1:
+        return False
+    raw = joined.encode("ascii")
+    return len(raw.translate(None, _PLAIN_NOT)) == len(raw) - len(texts) + 1 and "\x00 " not in joined and \
+        " \x00" not in joined and joined[:1] != " " and joined[-1:] != " " and max(map(len, texts)) <= MAX_TEXT
 
 
-_PLAIN_NOT = re.compile("[&<>\x01-\x1f]")  # ASCII that makes a text more than <t>text</t> (\t \n \r: maybe a space)
+_PLAIN_NOT = b"&<>" + bytes(range(32))  # ASCII that makes a text more than <t>text</t> (\t \n \r: maybe a space)
+_RESULT = attrgetter("result")
 _CELL = {st: f'<c s="{st}"' if st else "<c" for st in _STYLE.values()}  # a cell's start in a row of each style
+
+
+def _pieces(cell: str, payloads: list[str]) -> list[str]:
+    """A row's fixed pieces around its row number and each column's texts: `cell` starts every cell, each
+    payload holds its column's `%s` (or none: an empty cell)."""
+    out = ['<row r="', '">']
+    for p in payloads:
+        before, *after = p.split("%s")
+        out[-1] += cell + before
+        out += after
+    out[-1] += "</row>"
+    return out
+
+
+def _runs(styles: list[int]) -> Iterator[tuple[int, int, int]]:
+    """(style, start, stop) of each run of rows of one style."""
+    start = 0
+    for i in [i for i in range(1, len(styles)) if styles[i] != styles[i - 1]]:
+        yield styles[start], start, i
+        start = i
+    if styles:
+        yield styles[start], start, len(styles)
 
 
 def sheet_name(k: int) -> str:
@@ -188,7 +229,7 @@ class XlsxSink:
         self._end_sheet()
         self.k += 1
         n = self.counts[self.k]
-        raw = self.zf.open(f"xl/worksheets/sheet{self.k + 1}.xml", "w", force_zip64=True)
+        raw = deflated_member(self.zf, f"xl/worksheets/sheet{self.k + 1}.xml")
         self.out = io.TextIOWrapper(raw, encoding="utf-8", write_through=False)
         self.out.write(_sheet_head(self.cols, f"{self.letter}{n + 1}", selected=self.k == 0))
         self.row, self.left = 2, n
@@ -200,29 +241,24 @@ class XlsxSink:
             self.out = None
 
     def add(self, b: Block) -> None:
-        """The block's rows: each row is its style's fixed pieces (one template per result fill and block)
-        with the row's texts slotted in between and joined once (4x cheaper than %-formatting the template)."""
-        pieces, texts = zip(*[_payload(c) for c in b.columns])
-        fills = [t for t in texts if t is not None]
-        bufs: dict[int, list[str]] = {}
-        for st, cell in _CELL.items():
-            fixed = ('<row r="%s">' + "".join(cell + p for p in pieces) + "</row>").split("%s")
-            bufs[st] = [""] * (2 * len(fixed) - 1)
-            bufs[st][0::2] = fixed
+        """The block's rows: each row is its style's fixed pieces (one template per result fill and block) with
+        the row's texts between them, a run of rows of one fill at a time (weave.py); a column with one text in
+        every row is part of the template."""
+        pays = [_payload(c) for c in b.columns]
+        fills = [t for _, t in pays if t is not None]
+        tmpl = {st: _pieces(cell, [p for p, _ in pays]) for st, cell in _CELL.items()}
+        styles = list(map(_STYLE.get, map(_RESULT, b.results), repeat(0)))
         start, size = 0, len(b.results)
         while start < size:
             if self.left == 0:
                 self._next_sheet()
             n = min(self.left, size - start)
             assert self.out is not None
-            part = zip(map(str, range(self.row, self.row + n)), *[f[start:start + n] for f in fills]) \
-                if start or n < size else zip(map(str, range(self.row, self.row + n)), *fills)
-            out = []
-            for r, row in zip(b.results[start:start + n], part):
-                buf = bufs[_STYLE.get(r.result, 0)]
-                buf[1::2] = row
-                out.append("".join(buf))
-            self.out.write("".join(out))
+            cols = [list(map(str, range(self.row, self.row + n)))]
+            cols += [f[start:start + n] for f in fills] if start or n < size else fills
+            fixed = [constant(c) for c in cols]
+            folded = {st: fold(pieces, cols, fixed) for st, pieces in tmpl.items()}
+            self.out.write("".join(weave(*folded[st], a, z) for st, a, z in _runs(styles[start:start + n])))
             start, self.row, self.left = start + n, self.row + n, self.left - n
 
     def close(self) -> None:
@@ -230,6 +266,17 @@ class XlsxSink:
             self._next_sheet()
         self._end_sheet()
         self.zf.close()
+
+
+def deflated_member(zf: zipfile.ZipFile, name: str) -> IO[bytes]:
+    """A member of `zf` to stream into, deflated by ISA-L's level 1 where isal is installed: the same DEFLATE
+    format as zlib's, ~10x less CPU for a sheet's XML and a smaller file (bench/writers_bench.py,
+    docs/compare.md). zipfile keeps the container, the CRC and the sizes; only its compressor object is
+    ISA-L's (zipfile calls its compress() and flush(), which ISA-L's has with the same meaning)."""
+    raw: Any = zf.open(name, "w", force_zip64=True)
+    if _isal is not None and getattr(raw, "_compressor", None) is not None:
+        raw._compressor = _isal.compressobj(1, _isal.DEFLATED, -15)  # raw deflate, as zipfile's own
+    return raw  # type: ignore[no-any-return]
 
 
 def _sheet_head(cols: list[str], last: str, selected: bool) -> str:
@@ -258,8 +305,9 @@ def write_xlsx(cmp: Comparison, path: str | os.PathLike[str]) -> None:
     cols = table_columns(cmp)
     sink = XlsxSink(path, cols, len(all_results(cmp)))
     try:
-        for b in blocks(cmp, cols):
-            sink.add(b)
+        with gcpause.paused():  # the comparison's objects: no full collections over them (base/gcpause.py)
+            for b in blocks(cmp, cols):
+                sink.add(b)
     finally:
         sink.close()
 
@@ -277,7 +325,7 @@ def write_plain_sheet(path: str | os.PathLike[str], header: list[str], rows: Ite
                                                         filters="").replace("<definedNames></definedNames>", ""))
         zf.writestr("xl/_rels/workbook.xml.rels", _WORKBOOK_RELS.format(sheets=_SHEET_REL.format(k=1)))
         zf.writestr("xl/styles.xml", _styles())
-        with zf.open("xl/worksheets/sheet1.xml", "w", force_zip64=True) as raw, \
+        with deflated_member(zf, "xl/worksheets/sheet1.xml") as raw, \
                 io.TextIOWrapper(raw, encoding="utf-8", write_through=False) as out:
             out.write('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
                       '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData>')
