@@ -129,3 +129,45 @@ def test_columns_follow_changed_errors(tmp_path, level):
     outs[6].err = math.nan  # max() over a nan is order-bound: every tensor goes through known_sources
     graph.changed()
     assert _same(graph.columns().inherited.tolist(), _reference(graph))
+
+
+def _flat_run(path, target: bool, inserted: int | None, ops: int = 44) -> None:
+    """Module-level calls right under the root, no producer links (y = x/2 + tanh(x w)/10: an error halves at each
+    call). The target's call 1 is off by 10 %; it runs an extra call golden lacks after call `inserted`."""
+    rng = np.random.default_rng(0)
+    run = OpRun(path, level="module")
+    x = rng.standard_normal(64).astype(np.float32)
+    root = run.begin("", "Model", [x])
+    for k in range(ops):
+        w = rng.standard_normal(64).astype(np.float32)
+        y = (0.5 * x + 0.1 * np.tanh(x * w)).astype(np.float32)
+        if target and k == 1:
+            y = (y * 1.1).astype(np.float32)
+        run.op(f"f{k}", "F", [(x, None), (w, None)], [y])
+        x = y
+        if target and k == inserted:
+            x = (x * 1.5).astype(np.float32)
+            run.op(f"extra{k}", "G", [(y, None)], [x])
+    run.end(root, [x])
+    run.close()
+
+
+@pytest.mark.parametrize("inserted", [None, 3])
+def test_module_scope_columns_equal_the_per_tensor_rules(tmp_path, inserted):
+    """Module level, a root with more children than the scope (SCOPE) holds: each call's weight, made by no
+    recorded call, inherits from the root's input and its last SCOPE children's outputs, as scope_before says
+    (the oldest of them carrying the largest error), also where a call golden lacks (an unknown error) lies in
+    that scope and known_sources looks through it."""
+    from opdiff.diagnose.graph import SCOPE
+
+    _flat_run(tmp_path / "golden", False, None)
+    _flat_run(tmp_path / "target", True, inserted)
+    g, t = load(tmp_path / "golden"), load(tmp_path / "target")
+    graph = build(list(compare(g, t, workers=1).results), "forward", g, t)
+    assert graph.root is not None and len(graph.nodes[graph.root].children) > SCOPE + 4
+    cols = graph.columns()
+    ref = _reference(graph)
+    assert _same(cols.inherited.tolist(), ref)
+    late = [t.id for t in graph.in_order() if t.role == "input" and t.target.pos == "1" and t.order > 2 * SCOPE]
+    assert late and len({ref[i] for i in late}) > 1  # the window moves: late weights inherit different errors
+    assert calibrate(graph) == _reference_calibrate(graph)

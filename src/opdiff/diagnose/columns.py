@@ -10,8 +10,10 @@ module's own code). Values are exactly those the per-tensor rules compute (docs/
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, repeat
+from operator import is_not
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -61,20 +63,22 @@ def columns(graph: Graph, seed: Seed | None = None) -> Columns:
     if seed is None or len(seed.err) != n:
         seed = Seed([t.err for t in ts], [t.unit for t in ts], [t.node for t in ts],
                     [ROLE_CODE.get(r.role, ROLE_OTHER) if (r := t.target) is not None else ROLE_OTHER for t in ts])
-    known = np.fromiter((e is not None for e in seed.err), bool, n)
-    err = np.array([math.nan if e is None else e for e in seed.err], dtype=np.float64)
+    known = np.fromiter(map(is_not, seed.err, repeat(None)), bool, n)
+    err = np.array(seed.err, dtype=np.float64)  # None becomes nan
     unit = np.array(seed.unit, dtype=np.float64)
     node = np.array(seed.node, dtype=np.int64)
     role = np.array(seed.role, dtype=np.int8)  # golden-only tensors belong to no node: they inherit nothing
     # build gives every target tensor a node and none other one; later passes may not (backward.py)
     has_target = np.fromiter((t.target is not None for t in ts), bool, n) if fresh else node >= 0
-    inh = _inherited(graph, err, known, node, role)
+    inh = _inherited(graph, err, known, node, role, seeded=not fresh)
     return Columns(err, known, unit, node, role, has_target, inh)
 
 
-def _inherited(graph: Graph, err: F64, known: B, node: I64, role: npt.NDArray[np.int8]) -> F64:
+def _inherited(graph: Graph, err: F64, known: B, node: I64, role: npt.NDArray[np.int8], seeded: bool = False) -> F64:
     """local.inherited() for every tensor: numpy where the sources are one known producer or a leaf op's
-    recorded inputs, known_sources for the rest (and for all when an error is nan: max() is order-bound then)."""
+    recorded inputs, known_sources for the rest (and for all when an error is nan: max() is order-bound then).
+    `seeded`: node and role are build's (its nodes' inputs and params are exactly their input and parameter
+    tensors), so a node's inputs are grouped from the columns."""
     n = len(err)
     out = np.zeros(n, dtype=np.float64)
     slow = np.zeros(n, dtype=bool)
@@ -83,8 +87,7 @@ def _inherited(graph: Graph, err: F64, known: B, node: I64, role: npt.NDArray[np
         return _fill_slow(graph, out, slow)
     slow[(role == ROLE_OTHER) & (node >= 0)] = True  # a role the columns do not model: Graph.sources decides
     ins = np.flatnonzero((role == ROLE_INPUT) & (node >= 0))
-    prod = graph.producer
-    p = np.fromiter((prod.get(i, -1) for i in ins.tolist()), np.int64, len(ins))
+    p = _producer_column(graph, n)[ins]
     has_p = p >= 0
     direct = ins[has_p]
     src = p[has_p]
@@ -92,28 +95,86 @@ def _inherited(graph: Graph, err: F64, known: B, node: I64, role: npt.NDArray[np
     out[direct[ok]] = err[src[ok]]
     slow[direct[~ok]] = True
     if graph.module_level:  # an input no producer made: a module's own code may have made it (scope_before)
-        nodes = graph.nodes
-        for i, nid in zip(ins[~has_p].tolist(), node[ins[~has_p]].tolist()):
-            nd = nodes[nid]
-            if nd.id != graph.root and nd.parent is not None:
-                slow[i] = True
+        _scope_inherited(graph, ins[~has_p].tolist(), node[ins[~has_p]].tolist(), err, known, out, slow)
     outs = np.flatnonzero(((role == ROLE_OUTPUT) | (role == ROLE_GRADIENT)) & (node >= 0))
     if len(outs):
-        node_inh, node_slow = _node_inherited(graph, err, known)
+        node_inh, node_slow = _node_inherited(graph, err, known, node, role if seeded else None)
         nid = node[outs]
         out[outs] = node_inh[nid]
         slow[outs[node_slow[nid]]] = True
     return _fill_slow(graph, out, slow)
 
 
-def _node_inherited(graph: Graph, err: F64, known: B) -> tuple[F64, B]:
-    """Per node: the largest error among its inputs and parameters (what its outputs inherit), and whether
-    that needs known_sources (a child's outputs count too, or a source's error is unknown)."""
+def _scope_inherited(graph: Graph, ids: list[int], nids: list[int], err: F64, known: B, out: F64, slow: B) -> None:
+    """Module level, inputs no producer made (of a call that has a parent and is not the root): the largest error
+    in their scope (Graph.scope_before: the parent's inputs and the outputs of its last SCOPE children finished
+    before the call starts), per parent with its children's largest output errors computed once; `slow` where a
+    source's error is unknown (known_sources then looks through it)."""
+    from .graph import SCOPE
+
     nodes = graph.nodes
-    lens = np.fromiter((len(nd.inputs) + len(nd.params) for nd in nodes), np.int64, len(nodes))
+    by_parent: dict[int, list[tuple[int, int]]] = {}
+    for i, nid in zip(ids, nids):
+        nd = nodes[nid]
+        if nd.id != graph.root and nd.parent is not None:
+            by_parent.setdefault(nd.parent, []).append((i, nd.start))
+    if not by_parent:
+        return
+    errs, knowns = err.tolist(), known.tolist()
+    for pid, items in by_parent.items():
+        parent = nodes[pid]
+        ends = graph.child_ends(parent)
+        p_max, p_unknown = _largest(parent.inputs, errs, knowns)
+        c_max: list[float] = []
+        unknown_before = [0]  # children up to each index with an output of unknown error
+        for c in parent.children:
+            m, u = _largest(nodes[c].outputs, errs, knowns)
+            c_max.append(m)
+            unknown_before.append(unknown_before[-1] + u)
+        for i, start in items:
+            k = bisect_left(ends, start)
+            lo = max(0, k - SCOPE)
+            if p_unknown or unknown_before[k] - unknown_before[lo]:
+                slow[i] = True
+                continue
+            m = max(c_max[lo:k], default=-math.inf)
+            m = max(m, p_max)
+            out[i] = m if m != -math.inf else 0.0
+
+
+def _largest(ids: list[int], errs: list[float], knowns: list[bool]) -> tuple[float, bool]:
+    """The largest known error among `ids` (-inf: none), and whether any of them is unknown."""
+    m, unknown = -math.inf, False
+    for i in ids:
+        if knowns[i]:
+            e = errs[i]
+            if e > m:
+                m = e
+        else:
+            unknown = True
+    return m, unknown
+
+
+def _node_inherited(graph: Graph, err: F64, known: B, node: I64 | None = None,
+                    role: npt.NDArray[np.int8] | None = None) -> tuple[F64, B]:
+    """Per node: the largest error among its inputs and parameters (what its outputs inherit), and whether
+    that needs known_sources (a child's outputs count too, or a source's error is unknown). With build's
+    `node` and `role` columns, its inputs and parameters are grouped from them (no walk over the nodes' lists)."""
+    nodes = graph.nodes
+    k = len(nodes)
+    slow = np.fromiter((bool(nd.children) for nd in nodes), bool, k)
+    inh = np.zeros(k, dtype=np.float64)
+    if node is not None and role is not None:
+        at = np.flatnonzero(((role == ROLE_INPUT) | (role == ROLE_PARAMETER)) & (node >= 0))
+        nid = node[at]
+        has = np.bincount(nid, minlength=k) > 0
+        best = np.full(k, -np.inf)
+        np.maximum.at(best, nid, np.where(known[at], err[at], -np.inf))
+        inh[has] = best[has]
+        slow |= np.bincount(nid, weights=~known[at], minlength=k) > 0
+        return inh, slow
+    lens = np.fromiter((len(nd.inputs) + len(nd.params) for nd in nodes), np.int64, k)
     flat = np.fromiter(chain.from_iterable(chain(nd.inputs, nd.params) for nd in nodes), np.int64, int(lens.sum()))
-    slow = np.fromiter((bool(nd.children) for nd in nodes), bool, len(nodes))
-    inh = np.zeros(len(nodes), dtype=np.float64)
     has = lens > 0
     if len(flat):
         starts = np.concatenate(([0], np.cumsum(lens)[:-1]))[has]
@@ -122,6 +183,15 @@ def _node_inherited(graph: Graph, err: F64, known: B) -> tuple[F64, B]:
         inh[has] = np.maximum.reduceat(vals, starts)
         slow[np.flatnonzero(has)[unknown]] = True
     return inh, slow
+
+
+def _producer_column(graph: Graph, n: int) -> I64:
+    """Graph.producer as a column: each tensor's producer id, -1 where it has none."""
+    out = np.full(n, -1, dtype=np.int64)
+    prod = graph.producer
+    if prod:
+        out[np.fromiter(prod.keys(), np.int64, len(prod))] = np.fromiter(prod.values(), np.int64, len(prod))
+    return out
 
 
 def _fill_slow(graph: Graph, out: F64, slow: B) -> F64:

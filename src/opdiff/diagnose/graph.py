@@ -12,6 +12,11 @@ import bisect
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter, is_
+from typing import cast
+
+import numpy as np
 
 from ..base.errors import DumpError
 from ..base.pair import PairResult
@@ -21,9 +26,10 @@ from ..metrics import names as M
 from ..metrics.masks import mask_pair, masked_errors
 from ..metrics.thresholds import unit
 from ..store import Dump
-from .columns import ROLE_CODE, ROLE_OTHER, Columns, Seed, columns
+from .columns import ROLE_CODE, ROLE_INPUT, ROLE_OTHER, Columns, Seed, columns
 from .inplace import inplace_change, inplace_error
 from .noise import pair_error
+from .tally import Tally
 
 
 @dataclass(slots=True)
@@ -96,11 +102,13 @@ class Graph:
     _known: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)  # known_sources() at the default depth
     _columns: Columns | None = field(default=None, repr=False)  # columns(), computed once
     _seed: Seed | None = field(default=None, repr=False)  # what build's loop already knew of each tensor (columns.py)
+    tally: Tally | None = None  # what build counted over the pairs it was handed (tally.py)
+    dtype_pairs: DtypePairs = field(default_factory=dict)  # (golden dtype, target dtype) -> tensors, as built
 
     def __post_init__(self) -> None:
         for inp, out in self.producer.items():
             self.consumers.setdefault(out, []).append(inp)
-        for n in sorted(self.nodes, key=lambda n: n.start):
+        for n in sorted(self.nodes, key=_START):
             if n.op != "parameter" and n.level != "param":
                 self.owner.setdefault(n.module, n.id)
 
@@ -124,6 +132,10 @@ class Graph:
         self._columns = None
         self._seed = None
 
+    def columns_seeded(self) -> bool:
+        """Whether the graph still holds the tensors build made (nothing moved or added since: `changed`)."""
+        return self._seed is not None and len(self._seed.err) == len(self.tensors)
+
     def columns(self) -> Columns:
         """Per-tensor quantities as numpy columns over tensor ids (columns.py): computed once, shared by the rules."""
         if self._columns is None or len(self._columns.err) != len(self.tensors):
@@ -145,15 +157,19 @@ class Graph:
     def scope_before(self, node: Node, start: int) -> list[int]:
         """Tensors a node's own code can use at time `start`: its inputs and the outputs of its children
         that finished last before then (the SCOPE most recent: what the next call is computed from)."""
-        ends = self._ends.get(node.id)
-        if ends is None:
-            node.children.sort(key=lambda c: self.nodes[c].end)
-            ends = self._ends[node.id] = [self.nodes[c].end for c in node.children]
-        k = bisect.bisect_left(ends, start)
+        k = bisect.bisect_left(self.child_ends(node), start)
         out = list(node.inputs)
         for c in node.children[max(0, k - SCOPE):k]:
             out.extend(self.nodes[c].outputs)
         return out
+
+    def child_ends(self, node: Node) -> list[int]:
+        """The ends of a node's children, ascending; its `children` sorted so on the first call (scope_before)."""
+        ends = self._ends.get(node.id)
+        if ends is None:
+            node.children.sort(key=lambda c: self.nodes[c].end)
+            ends = self._ends[node.id] = [self.nodes[c].end for c in node.children]
+        return ends
 
     def sources(self, t: Tensor) -> list[int]:
         """The tensors whose error `t` inherits."""
@@ -376,6 +392,8 @@ def _abs_error(p: PairResult) -> float | None:
         return None
 
 
+MAX_ABS = M.MAX_ABS_ERR
+_START, _END = attrgetter("start"), attrgetter("end")
 GUESS_LIMIT = 0.5  # a pair made by sequence alignment whose relative error exceeds this is taken as a mis-pairing
 SCOPE = 32  # how many finished children of a module its own code is assumed to read from
 ISLAND_SHARE = 0.05  # a narrower dtype in fewer than this share of the target's float pairs is an island
@@ -436,82 +454,165 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
           target: Dump | None = None) -> Graph:
     """The graph of the target run's `direction` pass, with each record pair's error.
 
-    With the dumps at hand, mask-like tensors are compared on their unmasked elements.
-    One pass over the pairs, with no per-pair allocation beyond the Tensor (100,000 pairs: docs/diagnose.md, "Speed").
+    With the dumps at hand, mask-like tensors are compared on their unmasked elements. Built column by column
+    (a list per quantity, most of them by C-level map/zip), the Python work per pair being its error and its
+    Tensor (100,000 pairs: docs/diagnose.md, "Speed").
     """
-    tensors: list[Tensor] = []
-    golden_only: list[int] = []
-    nodes: list[Node] = []
-    node_ids: dict[str, int] = {}
-    by_name: dict[str, int] = {}
-    levels: set[str] = set()
-    units: dict[tuple[str | None, str | None], float] = {}  # unit() per dtype pair seen (a run has a handful)
-    seen: DtypePairs = {}
-    add, errors = tensors.append, _errors
-    seed = Seed()
-    add_err, add_unit, add_node, add_role = seed.err.append, seed.unit.append, seed.node.append, seed.role.append
-    roles = ROLE_CODE
-    for p in pairs:
-        g, t = p.golden, p.target
-        rec = t if t is not None else g
-        assert rec is not None  # a pair has at least one side
-        if rec.direction != direction:
-            continue
-        tid = len(tensors)
-        err, abs_err = errors(p, golden, target)
-        key = (g.dtype if g is not None else None, t.dtype if t is not None else None)
-        u = units.get(key)
-        if u is None:
-            u = units[key] = unit(*key)
-            seen[key] = 1
-        else:
-            seen[key] += 1
-        add_err(err)
-        add_unit(u)
-        if t is None:
-            add(Tensor(tid, p, g, t, err, u, -1, abs_err, -1))
-            golden_only.append(tid)
-            add_node(-1)
-            add_role(ROLE_OTHER)
-            continue
-        idx = t.index
-        nid = node_ids.get(t.node)
-        if nid is None:
-            nid = node_ids[t.node] = len(nodes)
-            n = Node(nid, t.node, t.module, t.op, t.level, idx, idx, [], [], [], None, [], None)
-            nodes.append(n)
-            levels.add(t.level)
-        else:
-            n = nodes[nid]
-            if idx < n.start:
-                n.start = idx
-            elif idx > n.end:
-                n.end = idx
-            if t.level is not n.level:
-                levels.add(t.level)
-        tensor = Tensor(tid, p, g, t, err, u, nid, abs_err, idx)
-        if g is None and err is not None:
-            tensor.moved = inplace_change(p, target)
-        add(tensor)
-        by_name[t.name] = tid
-        if g is not None and n.golden is None and err is not None:
-            n.golden = g.node
-        role = t.role
-        (n.inputs if role == "input" else n.params if role == "parameter" else n.outputs).append(tid)
-        add_node(nid)
-        add_role(roles.get(role, ROLE_OTHER))
+    gs: list[Record | None] = list(map(_GOLDEN, pairs))
+    ts: list[Record | None] = list(map(_TARGET, pairs))
+    tally = _tally(pairs, gs, ts, direction)
+    if tally.other:
+        keep = [i for i, p in enumerate(pairs) if p.record.direction == direction]
+        pairs, gs, ts = [pairs[i] for i in keep], [gs[i] for i in keep], [ts[i] for i in keep]
+    n = len(pairs)
+    errs, abs_errs = _pair_errors(pairs, golden, target)
+    keys = list(zip(_dtypes(gs), _dtypes(ts)))
+    seen: DtypePairs = dict(Counter(keys))  # (golden dtype, target dtype) -> tensors, first seen first
+    units = {k: unit(*k) for k in seen}
+    us = list(map(units.__getitem__, keys))
+    golden_only = [i for i, t in enumerate(ts) if t is None] if _has_none(ts) else []
+    tgt = [t for t in ts if t is not None] if golden_only else cast("list[Record]", ts)
+    tids = [i for i, t in enumerate(ts) if t is not None] if golden_only else list(range(n))
+    names = list(map(_NODE, tgt))
+    # node name -> position (in tgt) of its first record, first seen first (its node id is its rank here)
+    at = dict(zip(reversed(names), range(len(names) - 1, -1, -1)))  # the last value a key gets: the first position
+    first = {name: at[name] for name in dict.fromkeys(names)}
+    ids = {name: k for k, name in enumerate(first)}
+    nids = list(map(ids.__getitem__, names))
+    orders = list(map(_INDEX, tgt))
+    nodes = _nodes(first, tgt, nids, orders)
+    _group(nodes, tids, nids, list(map(_ROLE, tgt)))
+    node_col, order_col = ([-1] * n, [-1] * n) if golden_only else (nids, orders)
+    if golden_only:
+        for i, k, o in zip(tids, nids, orders):
+            node_col[i], order_col[i] = k, o
+    tensors = list(map(Tensor, range(n), pairs, gs, ts, errs, us, node_col, abs_errs, order_col))
+    _golden_nodes(nodes, first, tids, nids, gs, errs)
+    for i in _target_only(gs, ts):
+        if errs[i] is not None:
+            tensors[i].moved = inplace_change(pairs[i], target)
+    by_name = dict(zip(map(_NAME, tgt), tids)) if any(map(_SRC, tgt)) else {}  # only src links read it
+    role_col = list(map(ROLE_CODE.get, map(_ROLE, tgt), repeat(ROLE_OTHER)))
+    if golden_only:
+        roles = [ROLE_OTHER] * n
+        for i, r in zip(tids, role_col):
+            roles[i] = r
+        role_col = roles
+    seed = Seed(errs, us, node_col, role_col)
     islands = hold_islands(tensors, seen)
-    if islands:  # units changed after the loop
+    if islands:  # units changed
         seed.unit = [x.unit for x in tensors]
     order = sorted((x for x in tensors if x.target is not None), key=_by_order)  # order: the target's index
     _nest(nodes)
     root = _root(nodes)
-    producer = _producers(order, by_name, tensors)
+    producer = _producers(order, by_name, tensors, role_col)
     # the passthrough set is taken from the records as built: the backward pass changes tensors and roles later
     # (backward.wire_output_grads), so it is computed now there; other passes compute it when blame first asks
     passthrough = _golden_passthrough(tensors) if direction == "backward" else None
-    return Graph(tensors, nodes, root, producer, golden_only, levels, islands=islands, direction=direction,
-                 _in_order=order, _passthrough=passthrough, wide_unit=_wide_unit(seen, islands), _seed=seed)
+    return Graph(tensors, nodes, root, producer, golden_only, set(map(_LEVEL, tgt)), islands=islands,
+                 direction=direction, _in_order=order, _passthrough=passthrough, wide_unit=_wide_unit(seen, islands),
+                 _seed=seed, tally=tally, dtype_pairs=seen)
+
+
+_GOLDEN, _TARGET = attrgetter("golden"), attrgetter("target")
+_NODE, _INDEX, _ROLE, _NAME, _LEVEL, _DIRECTION, _STATUS, _MODE, _DTYPE, _SRC = (
+    attrgetter(a) for a in ("node", "index", "role", "name", "level", "direction", "status", "mode", "dtype", "src"))
+
+
+def _tally(pairs: list[PairResult], gs: list[Record | None], ts: list[Record | None], direction: str) -> Tally:
+    """build's Tally of `pairs` (tally.py), by C-level passes where every pair is compared and of `direction`."""
+    out = Tally(len(pairs))
+    if list(map(_STATUS, pairs)).count("compared") == len(pairs) and not _has_none(gs) and not _has_none(ts):
+        out.modes = set(map(_MODE, pairs))
+        out.other = len(pairs) - list(map(_DIRECTION, ts)).count(direction)
+        return out
+    for p, g, t in zip(pairs, gs, ts):
+        st = p.status
+        if st != "compared" or g is None or t is None:
+            out.odd.append(p)
+        if st == "compared":
+            out.modes.add(p.mode)
+        rec = t if t is not None else g
+        assert rec is not None  # a pair has at least one side
+        if rec.direction != direction:
+            out.other += 1
+    return out
+
+
+def _dtypes(recs: list[Record | None]) -> list[str | None]:
+    """Each record's dtype, None for no record."""
+    if not _has_none(recs):
+        return list(map(_DTYPE, recs))
+    return [r.dtype if r is not None else None for r in recs]
+
+
+def _has_none(xs: list[Record | None]) -> bool:
+    """Whether a list holds None, by identity (`None in xs` would call Record.__eq__ on every element)."""
+    return any(map(is_, xs, repeat(None)))
+
+
+def _pair_errors(pairs: list[PairResult], golden: Dump | None, target: Dump | None) -> tuple[list[float | None],
+                                                                                              list[float | None]]:
+    """Each pair's relative and absolute error (_errors), a pair equal bit for bit answered without its checks."""
+    errs: list[float | None] = []
+    abs_errs: list[float | None] = []
+    add_err, add_abs, errors, abs_error = errs.append, abs_errs.append, _errors, _abs_error
+    for p in pairs:
+        g, t = p.golden, p.target
+        if p.bitwise_equal and g is not None and t is not None and p.status == "compared" and p.mode != "counts" \
+                and p.match != MATCH_SEQUENCE and not (t.src and t.role == "output"):
+            add_err(0.0)
+            a = p.metrics.get(MAX_ABS)
+            add_abs(a if type(a) is float and a - a == 0.0 else abs_error(p))  # a finite float, else _abs_error
+        else:
+            e, a = errors(p, golden, target)
+            add_err(e)
+            add_abs(a)
+    return errs, abs_errs
+
+
+def _nodes(first: dict[str, int], tgt: list[Record], nids: list[int], orders: list[int]) -> list[Node]:
+    """One Node per call (named by its first record), spanning its records' indexes."""
+    k = len(first)
+    if not k:
+        return []
+    at = np.array(nids, dtype=np.int64)
+    idx = np.array(orders, dtype=np.int64)
+    starts = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+    ends = np.full(k, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(starts, at, idx)
+    np.maximum.at(ends, at, idx)
+    return [Node(i, name, r.module, r.op, r.level, s, e, [], [], [], None, [], None)
+            for i, name, r, s, e in zip(range(k), first, map(tgt.__getitem__, first.values()), starts.tolist(),
+                                        ends.tolist())]
+
+
+def _group(nodes: list[Node], tids: list[int], nids: list[int], roles: list[str]) -> None:
+    """Each target tensor into its node's inputs, params or outputs, in order."""
+    for tid, k, role in zip(tids, nids, roles):
+        n = nodes[k]
+        (n.inputs if role == "input" else n.params if role == "parameter" else n.outputs).append(tid)
+
+
+def _golden_nodes(nodes: list[Node], first: dict[str, int], tids: list[int], nids: list[int],
+                  gs: list[Record | None], errs: list[float | None]) -> None:
+    """The golden node each node was paired with: that of its first record paired with a known error."""
+    if not _has_none(gs) and None not in errs:  # every record paired, every error known: each node's first record
+        for n, at in zip(nodes, first.values()):
+            g = gs[tids[at]]
+            assert g is not None
+            n.golden = g.node
+        return
+    pick = [(k, g.node) for tid, k in zip(tids, nids) if (g := gs[tid]) is not None and errs[tid] is not None]
+    for k, name in dict(reversed(pick)).items():
+        nodes[k].golden = name
+
+
+def _target_only(gs: list[Record | None], ts: list[Record | None]) -> list[int]:
+    """Positions of pairs with a target record and no golden one."""
+    if not _has_none(gs):
+        return []
+    return [i for i, (g, t) in enumerate(zip(gs, ts)) if g is None and t is not None]
 
 
 def _by_order(t: Tensor) -> int:
@@ -537,7 +638,7 @@ def _nest(nodes: list[Node]) -> None:
     is the outermost call by definition, even where its records span little (a module-level backward pass:
     its output gradient is recorded once the first child's hook has fired)."""
     stack: list[Node] = []
-    for n in sorted(nodes, key=lambda n: (n.start, -n.end)):
+    for n in _nesting_order(nodes):
         while stack and stack[-1].end < n.start:
             stack.pop()
         if n.module == "" and n.level == "module":
@@ -547,6 +648,14 @@ def _nest(nodes: list[Node]) -> None:
             n.parent = stack[-1].id
             stack[-1].children.append(n.id)
         stack.append(n)
+
+
+def _nesting_order(nodes: list[Node]) -> list[Node]:
+    """Nodes by start, the longer call first at one start: sorted by (start, -end) as two stable sorts on
+    C-level keys (no Python call per node)."""
+    out = sorted(nodes, key=_END, reverse=True)
+    out.sort(key=_START)
+    return out
 
 
 def _root(nodes: list[Node]) -> int | None:
@@ -573,46 +682,47 @@ def _golden_passthrough(tensors: list[Tensor]) -> set[int]:
     return out
 
 
-def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tensor]) -> dict[int, int]:
+def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tensor],
+               roles: list[int] | None = None) -> dict[int, int]:
     """For each input tensor, the earlier output (or parameter) it is: from Record.src, else by content.
 
-    Content keys are computed from the first input without a usable src link on (api/aten dumps link nearly
-    all inputs): until then outputs are only listed, and keyed when that input comes."""
+    Content keys are computed only for outputs that may be one of the inputs without a usable src link (api/aten
+    dumps link nearly all inputs): those whose hash or norm (_probe) one of these inputs has.
+    `roles`: ROLE_* of each tensor (columns.py), when at hand: Tensor.role without a call per input."""
     producer: dict[int, int] = {}
-    last_output: dict[object, int] | None = None  # content key -> latest output; None: not needed yet
-    outputs: list[Tensor] = []  # outputs and parameters seen before content keys were needed
+    if roles is None:
+        roles = [ROLE_CODE.get(t.role, ROLE_OTHER) for t in tensors]
+    wanted = {_probe(r) for t in order if (r := t.target) is not None and r.role == "input"
+              and (not r.src or r.src not in by_name)}
+    wanted.discard(None)
+    last_output: dict[object, int] = {}  # content key -> latest output or parameter that may be wanted
     for t in order:
         r = t.target
         assert r is not None
         if r.role == "input":
             src = by_name.get(r.src) if r.src else None
-            if src is not None and tensors[src].role != "input":
+            if src is not None and roles[src] != ROLE_INPUT:
                 producer[t.id] = src
             elif src is not None:
                 p = producer.get(src)
                 if p is not None:
                     producer[t.id] = p
-            else:
-                if last_output is None:
-                    last_output = _content_keys(outputs)
+            elif last_output:
                 key = _identity_key(r)
                 if key is not None and key in last_output:
                     producer[t.id] = last_output[key]
-        elif r.role in ("output", "parameter"):
-            if last_output is None:
-                outputs.append(t)
-            else:
-                key = _identity_key(r)
-                if key is not None:
-                    last_output[key] = t.id
+        elif wanted and (r.role == "output" or r.role == "parameter") and _probe(r) in wanted:
+            key = _identity_key(r)
+            if key is not None:
+                last_output[key] = t.id
     return producer
 
 
-def _content_keys(outputs: list[Tensor]) -> dict[object, int]:
-    """Content key -> the last of `outputs` (in order) that has it."""
-    out: dict[object, int] = {}
-    for t in outputs:
-        key = _identity_key(t.target)
-        if key is not None:
-            out[key] = t.id
-    return out
+def _probe(r: Record | None) -> object:
+    """A cheap part of _identity_key (the hash, else the norm): records whose probes differ have different keys."""
+    if r is None:
+        return None
+    if r.hash:
+        return r.hash
+    s = r.stats
+    return s.norm if s is not None and s.norm else None

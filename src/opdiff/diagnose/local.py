@@ -70,10 +70,19 @@ def _root_inputs(graph: Graph) -> set[int]:
     return set(graph.nodes[graph.root].inputs)
 
 
+def _target_dtypes(graph: Graph) -> list[str]:
+    """The target's dtypes in first-seen order: from the dtype pairs build counted while the graph still holds
+    the tensors it built (the first pair with a target dtype is where that dtype is first seen), else a walk."""
+    pairs = graph.dtype_pairs
+    if graph.columns_seeded() and pairs:
+        return list(dict.fromkeys(t for _, t in pairs if t is not None))
+    return list(dict.fromkeys(t.target.dtype for t in graph.tensors if t.target is not None))
+
+
 def calibrate(graph: Graph) -> Noise:
     """The noise model of this run: rounding floor of fresh ops, amplification per op type."""
     run_dtype, run_unit = "float32", UNIT["float32"]
-    for d in dict.fromkeys(t.target.dtype for t in graph.tensors if t.target is not None):  # first-seen order
+    for d in _target_dtypes(graph):  # first-seen order
         if d in UNIT and UNIT[d] > run_unit:
             run_dtype, run_unit = d, UNIT[d]
     cols = graph.columns()

@@ -86,6 +86,9 @@ def fit_warnings(graph: Graph, run_dtype: str, limit: int = 3) -> list[str]:
     out: list[str] = []
     narrow = {d for d, lim in RANGE.items() if lim < 1e30}  # the dtypes a golden value can be beyond
     run_narrow = run_dtype in narrow
+    if not run_narrow and graph.columns_seeded() and graph.dtype_pairs \
+            and not any(t in narrow for _, t in graph.dtype_pairs):
+        return out  # no target dtype is narrow (build counted them): no golden value can be beyond one
     for t in graph.in_order():
         g, tr = t.golden, t.target
         if g is None or tr is None or not run_narrow and tr.dtype not in narrow:

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from ..base import gcpause
 from ..base.errors import OpdiffError
 from ..base.pair import PairResult
-from ..base.vocab import STATUS_UNMATCHED
 from ..metrics.counts_mode import HELD
 from ..store import Dump, load
 from . import backward, patch, trust
@@ -18,6 +17,7 @@ from .inputs import differing_inputs
 from .local import calibrate, events
 from .overflow import first_overflow, fit_warnings, golden_overflows
 from .patch import Patcher
+from .tally import Tally, tally_of
 from .verdict import Diagnosis, decide
 
 if TYPE_CHECKING:
@@ -55,12 +55,12 @@ def _warnings(golden: Dump, target: Dump, graph: Graph, pairs: list[PairResult],
     out: list[str] = []
     for dump, side in ((golden, "golden"), (target, "target")):
         out.extend(f"{side}: {p}" for p in dump.problems[:2])
-    n_g = sum(1 for p in pairs if p.status == STATUS_UNMATCHED and p.target is None)
-    n_t = sum(1 for p in pairs if p.status == STATUS_UNMATCHED and p.golden is None)
+    tally = _tally(graph, pairs)
+    n_g, n_t = tally.unmatched("golden"), tally.unmatched("target")
     if n_g or n_t:
         out.append(f"{n_g} golden and {n_t} target records have no counterpart (ops added, removed or fused); "
                    "diagnose looks through them")
-    modes = {p.mode for p in pairs if p.status == "compared"}
+    modes = set(tally.modes)
     if "counts" in modes:
         out.append(counts_warning(golden, target))
         modes.discard("counts")
@@ -74,6 +74,14 @@ def _warnings(golden: Dump, target: Dump, graph: Graph, pairs: list[PairResult],
         out.append(f"golden itself has inf/nan at {g.name}")
     out.extend(fit_warnings(graph, run_dtype))
     return out
+
+
+def _tally(graph: Graph, pairs: list[PairResult]) -> Tally:
+    """What build counted over `pairs` (tally.py); counted here when the graph was built from other pairs."""
+    t = graph.tally
+    if t is not None and t.total == len(pairs):
+        return t
+    return tally_of(pairs, graph.direction)
 
 
 def counts_warning(golden: Dump, target: Dump) -> str:
@@ -140,11 +148,11 @@ def confirm_or_say_why(diag: Diagnosis, make: Callable[[], Patcher], what: str) 
                                                       f"{type(exc).__name__}: {exc}")
 
 
-def _own_records(pairs: list[PairResult], direction: str) -> list[PairResult]:
+def _own_records(pairs: list[PairResult], direction: str, tally: Tally | None = None) -> list[PairResult]:
     """The pairs a pass answers for: its own direction's (a backward-only record does not make the forward pass
     inconclusive); the forward pass also those of a pass where nothing pairs, which is not diagnosed itself.
-    All of them when every pair is of that direction (one walk, not two)."""
-    if all(p.record.direction == direction for p in pairs):
+    All of them when every pair is of that direction (one walk, not two; none with build's `tally` of them)."""
+    if tally.other == 0 if tally is not None else all(p.record.direction == direction for p in pairs):
         return pairs
     paired = {p.record.direction for p in pairs if p.golden is not None and p.target is not None}
     return [p for p in pairs if p.record.direction == direction or direction == "forward" and p.record.direction not in paired]
@@ -172,15 +180,17 @@ def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: 
     warnings = _warnings(golden, target, graph, pairs, noise.run_dtype)
     diag = decide(graph, noise, evs, first_overflow(graph), differing_inputs(graph, noise), warnings,
                   replayable=replay)
-    trust.apply(diag, comparison, _own_records(pairs, direction))
+    tally = _tally(graph, pairs)
+    own = _own_records(pairs, direction, tally)
+    trust.apply(diag, comparison, own, odd=tally.odd if own is pairs else None)
     settings = settings_diff(golden, target)
     if settings:
         diag.evidence.settings = settings
     diag.counts = {
         "pairs": len(pairs),
-        "compared": sum(1 for p in pairs if p.status == "compared"),
-        "unmatched_golden": sum(1 for p in pairs if p.target is None),
-        "unmatched_target": sum(1 for p in pairs if p.golden is None),
+        "compared": tally.compared(),
+        "unmatched_golden": tally.one_sided("golden"),
+        "unmatched_target": tally.one_sided("target"),
         "nodes": len(graph.nodes),
         "levels": sorted(graph.levels),
         "events": len(evs),

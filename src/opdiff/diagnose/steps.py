@@ -69,7 +69,7 @@ def _parts(golden: Dump, target: Dump, rank: int | None, step: int | None) -> li
 
 
 def _directions(comparison: Comparison, direction: str | None) -> list[str]:
-    have = {p.record.direction for p in comparison.results}
+    have = {(p.target if p.target is not None else p.golden).direction for p in comparison.results}  # type: ignore[union-attr]
     return [d for d in DIRECTIONS if d in have and (direction is None or d == direction)]
 
 

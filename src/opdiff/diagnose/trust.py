@@ -31,14 +31,17 @@ def unmatched_differences(comparison: Any, pairs: list[PairResult]) -> list[Fail
     return [f for f in failing if id(f.record) in keep]
 
 
-def apply(diag: Any, comparison: Any, pairs: list[PairResult]) -> None:
-    """Name unreadable pairs and unmatched records that fail the run (compare/unmatched.py); neither is a pass."""
+def apply(diag: Any, comparison: Any, pairs: list[PairResult], odd: list[PairResult] | None = None) -> None:
+    """Name unreadable pairs and unmatched records that fail the run (compare/unmatched.py); neither is a pass.
+    `odd`: those of `pairs` that are not compared or miss a side, in order (tally.py), when already known:
+    the status scans look at them only."""
     reasons = []
-    warn = unreadable_warning(pairs)
+    scan = pairs if odd is None else odd
+    warn = unreadable_warning(scan)
     if warn:
         diag.warnings.insert(0, warn)
         reasons.append("some pairs could not be read")
-    outputs = [p for p in pairs if p.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH)
+    outputs = [p for p in scan if p.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH)
                and p.target is not None and is_model_output(p.target)]
     if outputs:  # nothing after the model's output can show what it holds: a mismatch there is never looked through
         diag.warnings.insert(0, f"the model's output cannot be compared: {outputs[0].name}: {outputs[0].err_message}")

@@ -1,0 +1,135 @@
+"""graph.build, column by column (docs/diagnose.md, "Speed"), gives the graph the one-pair-at-a-time walk gave: on
+real dumps at op and module level, with ops only the target runs (unmatched target records), ops only golden
+runs, pairs of another pass mixed in, and records of a call out of order. The oracle below is that walk, kept
+here as the definition."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from opdiff import load
+from opdiff.base.pair import PairResult
+from opdiff.compare import compare
+from opdiff.diagnose.graph import Graph, _errors, _producers, build
+from opdiff.diagnose.inplace import inplace_change
+from opdiff.diagnose.run import diagnose_pass
+from opdiff.diagnose.tally import tally_of
+from opdiff.metrics.thresholds import unit
+from test_diagnose_columns import _run  # blocks of ops; an op only one run has; a fault
+
+
+def _walk(pairs: list[PairResult], direction: str, golden, target) -> dict:
+    """The graph as the walk over the pairs one at a time builds it (the oracle)."""
+    ts, nodes, ids, by_name, levels, golden_only = [], [], {}, {}, set(), []
+    for p in pairs:
+        g, t = p.golden, p.target
+        if (t or g).direction != direction:
+            continue
+        tid = len(ts)
+        err, abs_err = _errors(p, golden, target)
+        u = unit(g.dtype if g else None, t.dtype if t else None)
+        if t is None:
+            ts.append((tid, err, abs_err, u, -1, -1, None))
+            golden_only.append(tid)
+            continue
+        if t.node not in ids:
+            ids[t.node] = len(nodes)
+            nodes.append({"name": t.node, "module": t.module, "op": t.op, "level": t.level, "start": t.index,
+                          "end": t.index, "inputs": [], "params": [], "outputs": [], "golden": None})
+            levels.add(t.level)
+        n = nodes[ids[t.node]]
+        n["start"], n["end"] = min(n["start"], t.index), max(n["end"], t.index)
+        levels.add(t.level)
+        moved = inplace_change(p, target) if g is None and err is not None else None
+        ts.append((tid, err, abs_err, u, ids[t.node], t.index, moved))
+        by_name[t.name] = tid
+        if g is not None and n["golden"] is None and err is not None:
+            n["golden"] = g.node
+        n["inputs" if t.role == "input" else "params" if t.role == "parameter" else "outputs"].append(tid)
+    return {"tensors": ts, "nodes": nodes, "levels": levels, "golden_only": golden_only, "by_name": by_name}
+
+
+def _as_walk(graph: Graph) -> dict:
+    nodes = [{"name": n.name, "module": n.module, "op": n.op, "level": n.level, "start": n.start, "end": n.end,
+              "inputs": n.inputs, "params": n.params, "outputs": n.outputs, "golden": n.golden} for n in graph.nodes]
+    ts = [(t.id, t.err, t.abs_err, t.unit, t.node, t.order, t.moved) for t in graph.tensors]
+    return {"tensors": ts, "nodes": nodes, "levels": graph.levels, "golden_only": graph.golden_only}
+
+
+def _same(a, b) -> bool:
+    """Equal, nan equal to nan (a tensor's error may be nan)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or math.isnan(a) and math.isnan(b)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _pairs(tmp_path, level: str, golden_extra: bool, target_extra: bool):
+    """Golden and target of _run (the target's op 2 off), each with an op the other lacks when asked, compared."""
+    _run(tmp_path / "golden", level, True, None, 1 if golden_extra else None)
+    _run(tmp_path / "target", level, True, 2, 1 if target_extra else None)
+    g, t = load(tmp_path / "golden"), load(tmp_path / "target")
+    return g, t, compare(g, t, workers=1)
+
+
+CASES = [("aten", False, False), ("aten", False, True), ("aten", True, False), ("module", False, True),
+         ("module", True, False), ("module", False, False)]
+
+
+@pytest.mark.parametrize("level,golden_extra,target_extra", CASES)
+def test_build_gives_the_graph_of_the_walk(tmp_path, level, golden_extra, target_extra):
+    g, t, cmp = _pairs(tmp_path, level, golden_extra, target_extra)
+    pairs = list(cmp.results)
+    if target_extra or golden_extra:
+        assert any(p.golden is None or p.target is None for p in pairs)  # the case has one-sided pairs
+    graph = build(pairs, "forward", g, t)
+    want = _walk(pairs, "forward", g, t)
+    assert _same(_as_walk(graph), {k: v for k, v in want.items() if k != "by_name"})
+    assert graph.tally is not None and graph.tally.other == 0
+    ref = tally_of(pairs, "forward")
+    assert graph.tally.odd == ref.odd and graph.tally.modes == ref.modes and graph.tally.compared() == ref.compared()
+    assert graph.tally.compared() == sum(p.status == "compared" for p in pairs)
+    assert graph.tally.one_sided("golden") == sum(p.target is None for p in pairs)
+    assert graph.tally.one_sided("target") == sum(p.golden is None for p in pairs)
+    order = sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order)
+    assert graph.producer == _producers(order, want["by_name"], graph.tensors)  # roles from the tensors
+    assert graph.columns_seeded() and list(graph.dtype_pairs) == list(dict.fromkeys(
+        (p.golden.dtype if p.golden else None, p.target.dtype if p.target else None) for p in pairs))
+
+
+def test_pairs_of_another_pass_are_skipped_and_counted(tmp_path):
+    g, t, cmp = _pairs(tmp_path, "aten", False, True)
+    pairs = [replace(p, target=replace(p.target, direction="backward")) if p.target is not None and i % 3 == 1 else p
+             for i, p in enumerate(cmp.results)]
+    graph = build(pairs, "forward", g, t)
+    assert graph.tally is not None and graph.tally.other == sum(1 for i, p in enumerate(cmp.results)
+                                                               if p.target is not None and i % 3 == 1) > 0
+    assert _same(_as_walk(graph), {k: v for k, v in _walk(pairs, "forward", g, t).items() if k != "by_name"})
+
+
+def test_records_of_a_call_out_of_order_span_it(tmp_path):
+    """A call whose records come late (an input recorded after its output) still spans them all."""
+    g, t, cmp = _pairs(tmp_path, "aten", False, False)
+    pairs = list(cmp.results)
+    pairs[3], pairs[5] = pairs[5], pairs[3]
+    graph = build(pairs, "forward", g, t)
+    assert _same(_as_walk(graph), {k: v for k, v in _walk(pairs, "forward", g, t).items() if k != "by_name"})
+
+
+def test_counts_and_warnings_of_a_pass_are_those_of_its_pairs(tmp_path):
+    """diagnose_pass's counts, from build's tally, are the counts over the pairs (unmatched on both sides)."""
+    g, t, cmp = _pairs(tmp_path, "module", True, False)
+    d = diagnose_pass(g, t, cmp)
+    pairs = cmp.results
+    assert d.counts["pairs"] == len(pairs)
+    assert d.counts["compared"] == sum(p.status == "compared" for p in pairs)
+    assert d.counts["unmatched_golden"] == sum(p.target is None for p in pairs) > 0
+    assert d.counts["unmatched_target"] == sum(p.golden is None for p in pairs)
+    n_g = sum(p.status == "unmatched" and p.target is None for p in pairs)
+    assert any(w.startswith(f"{n_g} golden and 0 target records have no counterpart") for w in d.warnings)
