@@ -1,6 +1,7 @@
 """Per-record CPU of each stage of `compare()` up to its Comparison (issue 23): reading both indexes (the
 columnar copy, and the JSON lines alone), the plan (run check, shard headers, alignment, precision floors),
-the small pairs' metrics, the verdicts, and compare() whole.
+the small pairs' metrics, the verdicts, and compare() whole (dumps loaded and their headers read before it,
+then on freshly loaded dumps, reading their shard headers itself as `opdiff compare` does).
 
     .venv/bin/python bench/compare_stages_bench.py [--records 20000] [--repeat 3] [--out /tmp/opdiff-stages] [--keep]
 
@@ -94,6 +95,9 @@ def main() -> None:
         for label, fn, per in stages:
             sec = best(fn, args.repeat)
             print(f"{label:48s} {sec / per * 1e6:7.2f} us per record/pair  ({sec:.3f} s CPU for {per:,})", flush=True)
+        sec = best(lambda a, b: R.compare(a, b, workers=1, all_steps=False), args.repeat, fresh)
+        print(f"{'compare() whole, shard headers read in it':48s} {sec / n * 1e6:7.2f} us per record/pair  "
+              f"({sec:.3f} s CPU for {n:,})", flush=True)
         ws.close()
         print(f"load average at end {os.getloadavg()[0]:.1f}")
     finally:

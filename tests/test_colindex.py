@@ -227,3 +227,21 @@ def test_a_short_part_gets_no_copy(tmp_path: Path) -> None:
     write_dump(tmp_path / "d", _tensors(MIN_RECORDS - 1), mode="stats")
     assert not (_index(tmp_path / "d").parent / COLS_FILE).exists()
     assert len(opdiff.load(tmp_path / "d").records) == MIN_RECORDS - 1
+
+
+@pytest.mark.parametrize("shapes", [[(), (3,), (2, 3), (1, 2, 2)], [(2, 3), (3, 2), (2, 3), (700, 1)], [(5,)]])
+def test_records_of_one_shape_share_one_tuple(tmp_path: Path, shapes: list[tuple[int, ...]]) -> None:
+    """The columnar read gives each distinct shape one tuple (mixed ranks, one rank, one shape), equal to the
+    JSON lines' shapes record by record, and the shard header's entries share theirs the same way."""
+    rng = np.random.default_rng(1)
+    tensors = [Tensor(f"m.{i}", "aten.mul.Tensor", "output", "0", rng.standard_normal(shapes[i % len(shapes)])
+                      .astype(np.float32), call=i) for i in range(N)]
+    write_dump(tmp_path / "d", tensors, mode="tensor")
+    fast, slow = _both(_index(tmp_path / "d"))
+    assert [r.shape for r in fast[0]] == [r.shape for r in slow[0]]
+    assert all(type(r.shape) is tuple for r in fast[0])
+    assert len({id(r.shape) for r in fast[0]}) == len(set(shapes))
+    d = opdiff.load(tmp_path / "d")
+    d.check()
+    entries = [e for h in d._headers.values() for e in h.entries.values()]
+    assert len(entries) == N and len({id(e[1]) for e in entries}) <= len(set(shapes)) * len(d._headers)

@@ -114,8 +114,9 @@ def test_compare_in_batches_equals_compare_pair_by_pair(tmp_path, monkeypatch):
     batched = compare(gp, tp, workers=1)
     monkeypatch.setattr(R, "SMALL_PAIR", 0)  # nothing batched
     alone = compare(gp, tp, workers=1)
-    assert [(r.status, r.result, r.metrics, r.err_message) for r in batched.results] == \
-        [(r.status, r.result, r.metrics, r.err_message) for r in alone.results]
+    fields = ("status", "mode", "result", "metrics", "err_message", "bitwise_equal", "precision", "match", "note")
+    assert [[getattr(r, f) for f in fields] for r in batched.results] == \
+        [[getattr(r, f) for f in fields] for r in alone.results]
     bad = [r for r in batched.results if r.status == "error"]
     assert len(bad) == 1 and bad[0].index == 17 and "does not match its recorded hash" in bad[0].err_message
     assert all(r.status == "compared" for r in batched.results if r.index != 17)
@@ -188,3 +189,34 @@ def test_rows_of_every_step_lead_with_rank_and_step(tmp_path):
     assert cols[:2] == ["Rank", "Step"]
     got = [(r.index, v) for r, v in table_value_rows(cmp, cols)]
     assert got == [(r.index, [d[c] for c in cols]) for r, d in table_rows(cmp, cols)] and len(got) == 2 * len(pairs)
+
+
+def test_kernel_parameters_as_columns_equal_the_per_pair_lines():
+    """_params' column path (all ranges finite floats) gives bit for bit the rows and golden absolute maxima of
+    the per-pair lines, on random ranges and edge cases (empty and reversed ranges, a range overflowing
+    to inf, -0.0); ranges with None, nan or ints take the per-pair lines themselves."""
+    from opdiff.metrics.batch import _params
+    from opdiff.metrics.tensor import _kl_norm
+
+    rng = np.random.default_rng(3)
+    lo = rng.standard_normal(300) * 10.0 ** rng.integers(-30, 30, 300)
+    hi = lo + np.abs(rng.standard_normal(300)) * 10.0 ** rng.integers(-30, 30, 300)
+    ranges = [(float(a), float(b), float(a / 2)) for a, b in zip(lo, hi)]
+    ranges += [(1.0, 1.0, 0.0), (2.0, -1.0, 0.5), (-1.7e308, 1.7e308, 0.0), (-0.0, 0.0, -0.0), (0.0, -0.0, 0.0)]
+    shuffled = ranges[::-1]
+
+    def lines(g_rngs, t_rngs):
+        rows = [(*_kl_norm(g[0], g[1]), *_kl_norm(t[0], t[1]), g[2], t[2]) for g, t in zip(g_rngs, t_rngs)]
+        absmax = [None if g[0] is None or g[1] is None else max(abs(g[0]), abs(g[1])) for g in g_rngs]
+        return np.array(rows, dtype=np.float64), absmax
+
+    for g_rngs, t_rngs in ((ranges, shuffled), (ranges[:1], shuffled[:1]),
+                           (ranges + [(None, None, 0.0)], shuffled + [(1.0, 2.0, 0.0)]),
+                           (ranges + [(float("nan"), 1.0, 0.0)], shuffled + [(1.0, 2.0, 0.0)]),
+                           (ranges + [(1, 3, 0.0)], shuffled + [(1.0, 2.0, 0.0)])):
+        params, absmax = _params(g_rngs, t_rngs)
+        want_params, want_absmax = lines(g_rngs, t_rngs)
+        assert params.tobytes() == want_params.tobytes()
+        assert [None if x is None else float(x).hex() for x in absmax] == \
+            [None if x is None else float(x).hex() for x in want_absmax]
+        assert all(type(x) in (float, int, type(None)) for x in absmax)

@@ -228,3 +228,28 @@ def test_precision_is_carried_forward_in_execution_order(tmp_path):
         ("bfloat16", "PASS"),  # fp32 on both sides, but downstream of a bf16 op
     ]
     assert "at float32" in c.results[0].err_message
+
+
+def test_locate_agrees_with_span_and_fails_alike(golden):
+    """OpdiffDump.locate (compare's per-record lookup, no TensorSpan built) gives span's file and offset, and
+    every mismatch between index and shard is the same DumpError from both; compare names it on the pair."""
+    import dataclasses
+
+    d = opdiff.load(golden)
+    for rec in d.records:
+        sp = d.span(rec)
+        assert d.locate(rec) == (sp.path, sp.offset) and sp.dtype == rec.dtype and sp.shape == tuple(rec.shape)
+    rec = d.records[1]
+    bad = [dataclasses.replace(rec, data={**rec.data, "key": "no-such-tensor"}),
+           dataclasses.replace(rec, dtype="float16"), dataclasses.replace(rec, shape=(3, 8, 16)),
+           dataclasses.replace(rec, data=None)]
+    for b in bad:
+        with pytest.raises(DumpError) as by_span:
+            d.span(b)
+        with pytest.raises(DumpError) as by_locate:
+            d.locate(b)
+        assert str(by_span.value) == str(by_locate.value)
+    from opdiff.compare.run import _source
+
+    with pytest.raises(DumpError, match="in the shard but float16"):
+        _source(d, bad[1])

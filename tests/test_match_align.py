@@ -252,3 +252,46 @@ def test_lcs_past_the_edit_budget_falls_back_to_patience():
 @pytest.mark.parametrize("seq,expected", [([], []), ([3, 1, 2], [1, 2]), ([1, 2, 3], [0, 1, 2])])
 def test_longest_increasing(seq, expected):
     assert longest_increasing(seq) == expected
+
+
+def _same_result(pairs_a, pairs_b):
+    return [(p.golden, p.target, p.match, p.golden_group, p.note) for p in pairs_a] == \
+        [(p.golden, p.target, p.match, p.golden_group, p.note) for p in pairs_b]
+
+
+def _variants():
+    """Pairs of record lists the equal-names shortcut must either take with the passes' result or leave."""
+    base = model(3)
+    yield "identical", model(3), model(3), True
+    one_renamed = model(3)
+    one_renamed[4] = rec("layers.1.fc2", "Linear", "output", "0", (2, 8))
+    yield "a renamed module", model(3), numbered(one_renamed), False
+    other_call = model(3)
+    other_call[2] = rec("layers.0.act", "GELU", "output", "0", (2, 8), call=1)  # name and call both change
+    yield "another call number", model(3), numbered(other_call), False
+    yield "one record fewer", model(3), model(3)[:-1], False
+    yield "graph values", model(3), numbered([rec(r.module, r.op, r.role, r.pos, r.shape, graph_value=f"v{i}")
+                                             for i, r in enumerate(base)]), False
+    prov = model(3)
+    prov[5] = rec("layers.1.act", "GELU", "output", "0", (2, 8), **{PROVENANCE_KEY: ["layers.1.fc/Linear#0"]})
+    yield "fusion provenance", model(3), numbered(prov), False
+    plain_extra = numbered([rec(r.module, r.op, r.role, r.pos, r.shape, requires_grad=True) for r in base])
+    yield "other extra keys", model(3), plain_extra, True
+    shapes = model(3)
+    shapes[1] = rec("layers.0.fc", "Linear", "output", "0", (3, 8))
+    yield "another shape, same name", model(3), numbered(shapes), True
+
+
+@pytest.mark.parametrize("label,golden,target,shortcut", list(_variants()), ids=[v[0] for v in _variants()])
+def test_equal_names_shortcut_gives_what_every_pass_gives(label, golden, target, shortcut):
+    """align_records' shortcut for equal name sequences is taken exactly when it may be, with the same
+    pairs, kinds, groups and notes as the full passes (and none of the passes' cases goes through it wrongly)."""
+    from opdiff.match.align import _same_names, align_passes
+
+    fast = _same_names(golden, target, None)
+    assert (fast is not None) == shortcut
+    full = align_passes(golden, target, None)
+    assert _same_result(align_records(golden, target), full)
+    if fast is not None:
+        assert _same_result(fast, full)
+        assert all(p.golden_group == [] and p.golden_group is not q.golden_group for p, q in zip(fast, fast[1:]))

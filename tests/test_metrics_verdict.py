@@ -220,3 +220,43 @@ def test_metric_fields_and_column_names():
     assert parse_expr("rel_euclid_dist <= 64u") == parse_expr("RelativeEuclideanDistance<=64u")
     with pytest.raises(OpdiffError, match="unknown metric 'Cosin'"):
         parse_expr("Cosin >= 0.9")
+
+
+def _judge_cases():
+    """Metrics a Judge must judge as verdict() does: passing, warning, failing, N/A metrics, nan/inf on one
+    side, an all-zero golden, nothing compared, stats mode, hash mode."""
+    import itertools
+
+    base = {M.RED: 1e-8, M.NORM_MAX_ABS_ERR: 1e-8, M.COSINE: 1.0, M.MAX_REL_ERR: 0.0, M.KL_DIV: 0.0,
+            M.DIFF_COUNT: 0, M.COMPARED: 64, M.NUMEL: 64, M.GOLDEN_ABS_MAX: 2.0, M.NONFINITE_MISMATCH: 0,
+            M.NORM_REL_DIFF: 1e-8, M.NORM_STATS_DIFF: 1e-8, M.NORM_DIFF: 1e-7}
+    tweaks = [{}, {M.RED: 3e-5}, {M.RED: 1.0}, {M.NORM_MAX_ABS_ERR: None}, {M.RED: float("nan")},
+              {M.NONFINITE_MISMATCH: 2}, {M.GOLDEN_ABS_MAX: 0.0}, {M.GOLDEN_ABS_MAX: 0.0, M.MAX_ABS_ERR: 0.0},
+              {M.COMPARED: 0}, {M.COMPARED: 0, M.NUMEL: 0}, {M.DIFF_COUNT: 3}, {M.COSINE: 0.5, M.MAX_REL_ERR: 0.5},
+              {M.NORM_REL_DIFF: 0.5}, {M.RED: True}, {M.GOLDEN_ABS_MAX: None}]
+    dtypes = [("float32", "float32"), ("float32", "bfloat16"), ("float16", "float16"), ("int64", "int64"),
+              ("bool", "float32")]
+    for tweak, (gd, td), mode, floor in itertools.product(tweaks, dtypes, ("tensor", "stats"), (None, "bfloat16")):
+        yield {**base, **tweak}, gd, td, mode, floor
+    yield {M.HASH_EQUAL: True}, "float32", "float32", "hash", None
+    yield {M.HASH_EQUAL: False}, "float32", "float32", "hash", None
+    yield {M.HASH_EQUAL: None}, "float32", "float32", "hash", None
+
+
+@pytest.mark.parametrize("preset_name", ["default", "msprobe-torchair", "msaccucmp", "bitwise"])
+def test_judge_gives_what_verdict_gives(preset_name):
+    """compare's Judge (rules looked up once per dtypes and floor, PASS decided at once) answers exactly as
+    verdict() for every case, with every preset and with a custom band whose class has no rule."""
+    from opdiff.metrics.thresholds import preset, thresholds_from_dict
+    from opdiff.metrics.verdict import Judge
+
+    th = preset(preset_name)
+    custom = thresholds_from_dict({"preset": preset_name, "tensor": {"float16": {"pass": {"Cosine": ">=0.999"}}}})
+    for thresholds in (th, custom):
+        judge = Judge(thresholds)
+        seen = set()
+        for metrics, gd, td, mode, floor in _judge_cases():
+            got = judge(dict(metrics), gd, td, mode, floor)
+            assert got == verdict(dict(metrics), gd, td, mode, thresholds, floor)
+            seen.add(got[0])
+        assert {"PASS", "FAIL"} <= seen

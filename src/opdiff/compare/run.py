@@ -7,6 +7,7 @@ unreadable shard) is a DumpError; a single bad tensor makes only its pair N/A (s
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..base import gcpause
 from ..base.errors import DumpError, OpdiffError
 from ..base.pair import Metrics, PairResult
 from ..base.record import Record
@@ -47,9 +49,9 @@ from ..metrics.names import ERR_MESSAGE
 from ..metrics.stats_mode import stats_metrics
 from ..metrics.tensor import TensorDataError, TensorSource, Workspace, pair_metrics
 from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower_precision, preset
-from ..metrics.verdict import verdict
+from ..metrics.verdict import Judge, verdict
 from ..store import Dump, load
-from ..store.format import FLOAT_DTYPES, dtype_name, numpy_dtype
+from ..store.format import DTYPES, FLOAT_DTYPES, dtype_name, numpy_dtype
 from .gate import Judgement
 from .parts import open_pair, shared_steps
 from .sameness import check_comparable
@@ -187,6 +189,10 @@ def _pair_mode(mode: str, g: Record, t: Record) -> tuple[str | None, str]:
 
 def _source(dump: Dump, rec: Record) -> TensorSource:
     """Where a record's data lies (a span of a file, or an array), checked against the record."""
+    loc = dump.locate(rec)
+    if loc is not None:  # the format checked its file against the record's dtype and shape
+        return TensorSource(rec.dtype, rec.shape if type(rec.shape) is tuple else tuple(rec.shape), None, loc[0],
+                            loc[1], rec.hash, rec.name)
     src = dump.span(rec)
     if isinstance(src, np.ndarray):
         if src.size != rec.numel:
@@ -233,13 +239,14 @@ def precision_floors(records: list[Record]) -> dict[str, str | None]:
 
 def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "auto",
                  thresholds: Thresholds | None = None, ws: Workspace | None = None,
-                 floor: str | None = None, computed: Metrics | None = None) -> PairResult:
+                 floor: str | None = None, computed: Metrics | None = None, judge: Judge | None = None) -> PairResult:
     """Compare one aligned pair; never raises on bad data (the pair becomes N/A with the reason).
 
     `floor`: lowest float precision that ran before the pair (see precision_floors); None judges
     the pair by its own dtypes. `computed`: the pair's tensor metrics when a batch computed them
-    already (small_pair_metrics); every check and the verdict are still made here."""
-    thresholds = thresholds or preset("default")
+    already (small_pair_metrics); every check and the verdict are still made here. `judge`: a Judge of
+    `thresholds` shared by many pairs (compare_subset), the same verdicts with the rules looked up once."""
+    thresholds = judge.thresholds if judge is not None else thresholds or preset("default")
     g, t = pair.golden, pair.target
     if g is None or t is None:
         side = "golden" if g is None else "target"
@@ -273,16 +280,25 @@ def compare_pair(golden_dump: Dump, target_dump: Dump, pair: Pair, mode: str = "
                 _source(golden_dump, g), _source(target_dump, t), ws, golden_range=_range(g), target_range=_range(t))
         except (TensorDataError, DumpError) as exc:
             return _result(pair, STATUS_ERROR, pmode, err=f"data unreadable: {exc}")
-    msgs = [metrics.pop(ERR_MESSAGE, "")]
-    result, reason = verdict(metrics, g.dtype, t.dtype, pmode, thresholds, floor)
+    return _judged(golden_dump, target_dump, pair, pmode, metrics, floor, judge or Judge(thresholds))
+
+
+def _judged(golden_dump: Dump, target_dump: Dump, pair: Pair, pmode: str, metrics: Metrics, floor: str | None,
+            judge: Judge) -> PairResult:
+    """A compared pair's result: its verdict (a mask judged by what it lets through), precision, bitwise
+    equality and messages (compare_pair's end, once its checks held)."""
+    g, t = pair.golden, pair.target
+    assert g is not None and t is not None  # compared: both sides
+    why_na = metrics.pop(ERR_MESSAGE, "")
+    result, reason = judge(metrics, g.dtype, t.dtype, pmode, floor)
     if result != PASS and pmode == "tensor" and mask_pair(g, t):
-        result, reason = _as_mask(golden_dump, target_dump, g, t, thresholds, floor, (result, reason))
+        result, reason = _as_mask(golden_dump, target_dump, g, t, judge.thresholds, floor, (result, reason))
     precision = dtype_class(g.dtype, t.dtype, floor)[0]
-    msgs.append(reason)
     bitwise = hash_equal(g, t)
     if bitwise is None and pmode == "tensor":
         bitwise = g.dtype == t.dtype and metrics.get(M.DIFF_COUNT) == 0
-    return _result(pair, STATUS_COMPARED, pmode, metrics, result, bitwise, "; ".join(m for m in msgs if m), precision)
+    err = f"{why_na}; {reason}" if why_na and reason else why_na or reason
+    return _result(pair, STATUS_COMPARED, pmode, metrics, result, bitwise, err, precision)
 
 
 def _as_mask(golden_dump: Dump, target_dump: Dump, g: Record, t: Record, thresholds: Thresholds, floor: str | None,
@@ -316,7 +332,12 @@ def _as_dump(d: Dump | str | os.PathLike[str]) -> Dump:
 
 
 def _nbytes(r: Record) -> int:
-    return r.numel * numpy_dtype(r.dtype).itemsize if r.data is not None else 0
+    if r.data is None:
+        return 0
+    return math.prod(r.shape) * (_ITEMSIZE.get(r.dtype) or numpy_dtype(r.dtype).itemsize)
+
+
+_ITEMSIZE = {name: dt.itemsize for name, (dt, _) in DTYPES.items()}
 
 
 def _batches(items: list[tuple[int, int]]) -> list[list[int]]:
@@ -377,12 +398,15 @@ def plan_pairs(golden: Dump, target: Dump, mapping: Mapping | None, mode: str) -
         target.check()
     pairs = align(golden, target, mapping)
     g_floor, t_floor = precision_floors(golden.records), precision_floors(target.records)
-    floors = [lower_precision(g_floor[p.golden.name], t_floor[p.target.name])
-              if p.golden is not None and p.target is not None else None for p in pairs]
+    floors: list[str | None] = []
     work: list[tuple[int, int]] = []
     for i, p in enumerate(pairs):
         g, t = p.golden, p.target
-        if g is not None and t is not None and _pair_mode(mode, g, t)[0] == "tensor" and tuple(g.shape) == tuple(t.shape):
+        if g is None or t is None:
+            floors.append(None)
+            continue
+        floors.append(lower_precision(g_floor[g.name], t_floor[t.name]))
+        if _pair_mode(mode, g, t)[0] == "tensor" and (g.shape == t.shape or tuple(g.shape) == tuple(t.shape)):
             work.append((i, _nbytes(g) + _nbytes(t)))
     return PairPlan(pairs, floors, work)
 
@@ -392,8 +416,12 @@ def compare_subset(golden: Dump, target: Dump, plan: PairPlan, positions: list[i
     """(position, result) of the plan's pairs at `positions`, by compare_pair (the small tensor pairs'
     metrics computed together first: small_pair_metrics)."""
     done = small_pair_metrics(golden, target, plan.pairs, positions, mode, ws) if ws is not None else {}
-    return [(i, compare_pair(golden, target, plan.pairs[i], mode, thresholds, ws, plan.floors[i], done.get(i)))
-            for i in positions]
+    judge = Judge(thresholds)
+    pairs, floors = plan.pairs, plan.floors
+    # a pair the batch computed passed compare_pair's checks there (_batchable): only its judgement is left
+    return [(i, compare_pair(golden, target, pairs[i], mode, thresholds, ws, floors[i], None, judge) if m is None
+             else _judged(golden, target, pairs[i], "tensor", m, floors[i], judge))
+            for i, m in zip(positions, map(done.get, positions))]
 
 
 def _batchable(g: Record | None, t: Record | None, mode: str) -> bool:
@@ -478,6 +506,21 @@ def compare(
     if isinstance(mapping, (str, os.PathLike)):
         mapping = load_mapping(mapping)
     thresholds = resolve_thresholds(thresholds)
+    with gcpause.paused():  # a few objects per pair beside every record, no cycles (base/gcpause.py)
+        cmp = _compare_part(golden, target, mapping, mode, thresholds, workers, progress, t0)
+    if all_steps:
+        for rank, step in shared_steps(golden, target):
+            if (rank, step) != (target.rank, target.step):
+                g, t = open_pair(golden, target, rank, step)
+                cmp.other_steps[(rank, step)] = compare(g, t, mapping=mapping, mode=mode, thresholds=thresholds,
+                                                        workers=workers, all_steps=False)
+        cmp.elapsed = time.perf_counter() - t0
+    return cmp
+
+
+def _compare_part(golden: Dump, target: Dump, mapping: Mapping | None, mode: str, thresholds: Thresholds,
+                  workers: int | None, progress: bool | Callable[[int, int], None], t0: float) -> Comparison:
+    """compare() of the one (rank, step) part the two dumps are."""
     plan = plan_pairs(golden, target, mapping, mode)
     pairs, work = plan.pairs, plan.work
     results: list[PairResult | None] = [None] * len(pairs)
@@ -519,17 +562,9 @@ def compare(
         for ws in spaces:
             ws.close()
     final = finish(results, golden, target)
-    cmp = Comparison(golden=golden, target=target, mode=resolved_mode(golden, target, mode),
-                     results=final, thresholds=thresholds, mapping=mapping, elapsed=time.perf_counter() - t0,
-                     tensor_bytes=total, workers=workers)
-    if all_steps:
-        for rank, step in shared_steps(golden, target):
-            if (rank, step) != (target.rank, target.step):
-                g, t = open_pair(golden, target, rank, step)
-                cmp.other_steps[(rank, step)] = compare(g, t, mapping=mapping, mode=mode, thresholds=thresholds,
-                                                        workers=workers, all_steps=False)
-        cmp.elapsed = time.perf_counter() - t0
-    return cmp
+    return Comparison(golden=golden, target=target, mode=resolved_mode(golden, target, mode),
+                      results=final, thresholds=thresholds, mapping=mapping, elapsed=time.perf_counter() - t0,
+                      tensor_bytes=total, workers=workers)
 
 
 def _progress(progress: bool | Callable[[int, int], None], total: int, pairs: int) -> Callable[[int | None], None]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from ..base.record import Record
 from ..base.vocab import (
@@ -277,8 +278,36 @@ def _nodes(records: list[Record]) -> dict[str, list[int]]:
     return out
 
 
+_NAME, _MODULE, _OP, _CALL = attrgetter("name"), attrgetter("module"), attrgetter("op"), attrgetter("call")
+
+
+def _same_names(golden: list[Record], target: list[Record], mapping: Mapping | None) -> list[Pair] | None:
+    """The pairs when both runs recorded the very same unique names, modules, ops and call numbers in the
+    same order and nothing else can pair records (no mapping, graph values or fusion provenance): then every
+    pass above pairs each record with its namesake and nothing is left, so this is their result, made
+    without their tables. None when anything differs (the passes run)."""
+    if mapping is not None or len(golden) != len(target):
+        return None
+    names = list(map(_NAME, target))
+    if names != list(map(_NAME, golden)) or len(set(names)) != len(names):
+        return None
+    for get in (_MODULE, _OP, _CALL):  # the name pass checks each (module, op) is called as often on both sides
+        if list(map(get, golden)) != list(map(get, target)):
+            return None
+    if any(GRAPH_VALUE in r.extra for r in golden if r.extra) \
+            or any(GRAPH_VALUE in r.extra or PROVENANCE_KEY in r.extra for r in target if r.extra):
+        return None
+    return list(map(Pair, golden, target, [MATCH_NAME] * len(target)))
+
+
 def align_records(golden: list[Record], target: list[Record], mapping: Mapping | None = None) -> list[Pair]:
     """align() on two record lists in execution order (for callers without a Dump)."""
+    same = _same_names(golden, target, mapping)
+    return same if same is not None else align_passes(golden, target, mapping)
+
+
+def align_passes(golden: list[Record], target: list[Record], mapping: Mapping | None = None) -> list[Pair]:
+    """Every pass of the module's docstring, in order (align_records without its shortcut)."""
     if mapping is not None and mapping.layers:
         mapping = resolve(mapping, target)
     a = _Aligner(golden, target, mapping)

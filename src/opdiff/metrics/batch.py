@@ -10,14 +10,16 @@ on its own, which names the problem; the rest of the batch is unaffected.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import xxhash
 
 from ..base.pair import Metrics
-from ..store.format import numpy_dtype
+from ..store.format import DTYPES, numpy_dtype
 from . import kernel as K
 from .tensor import F16, F32, TensorDataError, TensorSource, Workspace, _kl_norm, finalize_rows, kernel_dtype, na_metrics
 
@@ -26,9 +28,11 @@ GAP = 4096  # bytes between two tensors of a file that one read still spans
 READ_MAX = 16 << 20  # bytes one read spans at most
 
 Range = tuple[float | None, float | None, float]
+_NUMPY = {name: dt for name, (dt, _) in DTYPES.items()}
+_ITEMSIZE = {name: dt.itemsize for name, dt in _NUMPY.items()}
 
 
-@dataclass
+@dataclass(slots=True)
 class PairItem:
     """One small pair of a batch: both sources and, when the records' statistics give them, their ranges."""
 
@@ -68,25 +72,39 @@ def _fold_group(items: list[PairItem], ks: list[int], gold: list[np.ndarray | No
     offsets = np.zeros(len(ks) + 1, dtype=np.int64)
     np.cumsum([numels[k] for k in ks], out=offsets[1:])
     bounds = offsets.tolist()
-    rows = []
-    ranges = []
-    for j, k in enumerate(ks):
-        lo, hi = bounds[j], bounds[j + 1]
-        g_rng = items[k].golden_range or _finite_range(g_all[lo:hi])
-        t_rng = items[k].target_range or _finite_range(t_all[lo:hi])
-        rows.append((*_kl_norm(g_rng[0], g_rng[1]), *_kl_norm(t_rng[0], t_rng[1]), g_rng[2], t_rng[2]))
-        ranges.append((g_rng, t_rng))
-    params = np.array(rows, dtype=np.float64).reshape(len(ks), K.N_PARAM)
+    g_rngs = [items[k].golden_range or _finite_range(g_all[bounds[j]:bounds[j + 1]]) for j, k in enumerate(ks)]
+    t_rngs = [items[k].target_range or _finite_range(t_all[bounds[j]:bounds[j + 1]]) for j, k in enumerate(ks)]
+    params, absmax = _params(g_rngs, t_rngs)
     acc = np.zeros((len(ks), K.N_ACC), dtype=np.float64)
     cnt = np.zeros((len(ks), K.N_CNT), dtype=np.int64)
     cnt[:, K.C_FIRST_MISMATCH] = -1
     cnt[:, K.C_WORST_IDX] = -1
     K.fold_segments(g_all, t_all, offsets, params, acc, cnt, np.zeros(K.N_ACC, dtype=np.float64))
-    absmax = [None if g_lo is None or g_hi is None else max(abs(g_lo), abs(g_hi)) for (g_lo, g_hi, _), _ in ranges]
-    shifts = [(g[2], t[2]) for g, t in ranges]
+    shifts = [(g[2], t[2]) for g, t in zip(g_rngs, t_rngs)]
     numel = np.diff(offsets).tolist()
     for k, m in zip(ks, finalize_rows(acc, cnt, numel, absmax, shifts)):
         out[k] = m
+
+def _params(g_rngs: list[Range], t_rngs: list[Range]) -> tuple[np.ndarray, list[float | None]]:
+    """The kernel's parameter rows (each side's KL normalization, then both shifts) and golden's absolute
+    maximum per pair. Ranges that are all finite floats (the common case) go as columns, by the same IEEE
+    operations as the per-pair lines (`_kl_norm`, max of abs), which every other range takes."""
+    flat = [(*g, *t) for g, t in zip(g_rngs, t_rngs)]
+    if flat and set(map(type, chain.from_iterable(flat))) == {float}:
+        x = np.array(flat, dtype=np.float64)
+        if np.isfinite(x).all():
+            g_lo, g_hi, g_sh, t_lo, t_hi, t_sh = x.T
+            with np.errstate(all="ignore"):
+                g_ok, t_ok = g_hi > g_lo, t_hi > t_lo
+                params = np.stack([np.where(g_ok, g_lo, 0.0), np.where(g_ok, 1.0 / (g_hi - g_lo), 1.0),
+                                   np.where(t_ok, t_lo, 0.0), np.where(t_ok, 1.0 / (t_hi - t_lo), 1.0), g_sh, t_sh],
+                                  axis=1)
+            absmax: list[float | None] = np.maximum(np.abs(g_lo), np.abs(g_hi)).tolist()
+            return params.reshape(len(x), K.N_PARAM), absmax
+    rows = [(*_kl_norm(g[0], g[1]), *_kl_norm(t[0], t[1]), g[2], t[2]) for g, t in zip(g_rngs, t_rngs)]
+    absmax = [None if lo is None or hi is None else max(abs(lo), abs(hi)) for lo, hi, _ in g_rngs]
+    return np.array(rows, dtype=np.float64).reshape(len(rows), K.N_PARAM), absmax
+
 
 def _finite_range(x: np.ndarray) -> Range:
     lo, hi, first, found = K.finite_range(x)
@@ -108,30 +126,51 @@ def read_sources(sources: list[TensorSource], ws: Workspace) -> list[np.ndarray 
     """Each source's elements as a flat array of its dtype (None: unreadable, or its bytes do not match its
     recorded hash). File sources are read by one pread per run of neighbouring tensors of a file."""
     out: list[np.ndarray | None] = [None] * len(sources)
-    by_file: dict[object, list[int]] = defaultdict(list)
+    by_file: dict[int, list[int]] = {}  # by the path object (its __hash__ is Python code): sources of a shard share it
+    sizes = [0] * len(sources)  # bytes of each file source, computed once: read twice below
     for k, src in enumerate(sources):
         if src.array is not None:
             out[k] = src.array.reshape(-1)
         elif src.path is not None:
-            by_file[src.path].append(k)
-    sizes = {k: _nbytes(sources[k]) for ks in by_file.values() for k in ks}  # once per source: read twice below
+            sizes[k] = _nbytes(src)
+            by_file.setdefault(id(src.path), []).append(k)
+    offsets = [src.offset for src in sources]
+    hashes = _Hashes()
     for ks in by_file.values():
-        ks.sort(key=lambda k: sources[k].offset)
-        for run in _runs(sources, ks, sizes):
-            _read_run(sources, run, sizes, ws, out)
+        ks.sort(key=offsets.__getitem__)
+        for run in _runs(offsets, ks, sizes):
+            _read_run(sources, run, sizes, ws, out, hashes)
     return out
 
 
 def _nbytes(src: TensorSource) -> int:
-    return src.numel * numpy_dtype(src.dtype).itemsize
+    return math.prod(src.shape) * (_ITEMSIZE.get(src.dtype) or numpy_dtype(src.dtype).itemsize)
 
 
-def _runs(sources: list[TensorSource], ks: list[int], sizes: dict[int, int]) -> list[list[int]]:
+class _Hashes:
+    """xxh3 states after the (dtype, shape) prefix of a record's content hash (store/stats.py), made once per
+    (dtype, shape) of a batch: a tensor's check then hashes only its bytes."""
+
+    def __init__(self) -> None:
+        self._seeded: dict[tuple[str, tuple[int, ...]], xxhash.xxh3_64] = {}
+
+    def matches(self, src: TensorSource, raw: np.ndarray) -> bool:
+        """Whether `raw` is the content `src.hash` (an "xxh3:" hash) names."""
+        key = (src.dtype, src.shape)
+        seeded = self._seeded.get(key)
+        if seeded is None:
+            seeded = self._seeded[key] = xxhash.xxh3_64(f"{src.dtype}{list(src.shape)}".encode())
+        h = seeded.copy()
+        h.update(raw.data)
+        return "xxh3:" + h.hexdigest() == src.hash
+
+
+def _runs(offsets: list[int], ks: list[int], sizes: list[int]) -> list[list[int]]:
     """Sources of one file (sorted by offset) cut into runs that one read covers."""
     runs: list[list[int]] = []
     start = end = 0
     for k in ks:
-        lo = sources[k].offset
+        lo = offsets[k]
         hi = lo + sizes[k]
         if runs and lo - end <= GAP and (end if end > hi else hi) - start <= READ_MAX:
             runs[-1].append(k)
@@ -143,8 +182,8 @@ def _runs(sources: list[TensorSource], ks: list[int], sizes: dict[int, int]) -> 
     return runs
 
 
-def _read_run(sources: list[TensorSource], run: list[int], sizes: dict[int, int], ws: Workspace,
-              out: list[np.ndarray | None]) -> None:
+def _read_run(sources: list[TensorSource], run: list[int], sizes: list[int], ws: Workspace,
+              out: list[np.ndarray | None], hashes: _Hashes | None = None) -> None:
     """One pread for a run of tensors; each tensor checked against its hash. A read cut short leaves the
     tensors past its end None (their pairs, compared alone, say the file is truncated)."""
     first = sources[run[0]]
@@ -157,13 +196,11 @@ def _read_run(sources: list[TensorSource], run: list[int], sizes: dict[int, int]
         ws.pread(path, start, memoryview(buf.data))
     except TensorDataError:
         return
+    hashes = hashes or _Hashes()
     for k in run:
         s = sources[k]
         lo = s.offset - start
         raw = buf[lo:lo + sizes[k]]
-        if s.hash and s.hash.startswith("xxh3:"):
-            h = xxhash.xxh3_64(f"{s.dtype}{list(s.shape)}".encode())
-            h.update(raw.data)
-            if "xxh3:" + h.hexdigest() != s.hash:
-                continue
-        out[k] = raw.view(numpy_dtype(s.dtype))
+        if s.hash and s.hash.startswith("xxh3:") and not hashes.matches(s, raw):
+            continue
+        out[k] = raw.view(_NUMPY.get(s.dtype) or numpy_dtype(s.dtype))

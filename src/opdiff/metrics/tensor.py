@@ -13,6 +13,7 @@ import mmap
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -512,12 +513,12 @@ def _plain_rows(a: np.ndarray, c: np.ndarray, ng: np.ndarray, raw_cos: np.ndarra
             a[:, K.A_MAX_ACC].tolist(), (a[:, K.A_SUM_ACC] / nf).tolist(), (euc / ng).tolist(), euc.tolist(), kl,
             g_std.tolist(), t_std.tolist(), (a[:, K.A_CNT_1K] / nf).tolist(), (a[:, K.A_CNT_5K] / nf).tolist(), nmae,
             (g_sh + g_mc).tolist(), (t_sh + t_mc).tolist(), absmax)
-    counts = c[:, [K.C_DIFF, K.C_G_NAN, K.C_G_PINF, K.C_G_NINF, K.C_T_NAN, K.C_T_PINF, K.C_T_NINF]].tolist()
-    worst = c[:, K.C_WORST_IDX].tolist()
-    wg, wt = a[:, K.A_WORST_G].tolist(), a[:, K.A_WORST_T].tolist()
-    keys = _PLAIN_KEYS
-    return [dict(zip(keys, (*row, "", k, k, *cn, 0, w, g, t)))  # type: ignore[misc]
-            for row, k, cn, w, g, t in zip(zip(*cols), n.tolist(), counts, worst, wg, wt)]
+    rows = len(n)
+    k = n.tolist()
+    counts = c[:, [K.C_DIFF, K.C_G_NAN, K.C_G_PINF, K.C_G_NINF, K.C_T_NAN, K.C_T_PINF, K.C_T_NINF]].T.tolist()
+    every = (*cols, [""] * rows, k, k, *counts, [0] * rows, c[:, K.C_WORST_IDX].tolist(), a[:, K.A_WORST_G].tolist(),
+             a[:, K.A_WORST_T].tolist())
+    return list(map(dict, map(zip, repeat(_PLAIN_KEYS), zip(*every))))  # type: ignore[arg-type]  # a dict per row, in C
 
 
 def warm_up() -> None:

@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 
 from ..base.docfile import read_doc
 from ..base.errors import OpdiffError
@@ -126,6 +127,7 @@ class Thresholds:
         }
 
 
+@cache  # a few distinct (dtype, dtype, floor) in a run, asked once per pair
 def dtype_class(golden_dtype: str, target_dtype: str, floor: str | None = None) -> tuple[str, float]:
     """The dtype class of a pair (its lower precision, or `floor` when that is lower still: the
     lowest float precision that ran before it) and that class's rounding unit u. Integer and
@@ -139,6 +141,7 @@ def dtype_class(golden_dtype: str, target_dtype: str, floor: str | None = None) 
     return d, u
 
 
+@cache  # asked once per record and per pair, of a few distinct dtypes
 def lower_precision(a: str | None, b: str | None) -> str | None:
     """The lower-precision float dtype of the two (None when neither is a float dtype)."""
     cands = [(ROUNDING_UNIT[d], d) for d in (a, b) if d in ROUNDING_UNIT]

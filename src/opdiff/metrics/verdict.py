@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..base.pair import Metrics
 from ..base.vocab import FAIL, NA, PASS, WARNING, PairVerdict
 from . import names as M
-from .thresholds import Condition, Thresholds, dtype_class
+from .thresholds import _OPS, Condition, Thresholds, dtype_class
 
 
 def _violations(conds: list[Condition], metrics: Mapping[str, object], u: float, cls: str) -> list[str]:
@@ -57,3 +58,47 @@ def verdict(metrics: Metrics, golden_dtype: str, target_dtype: str, mode: str,
         return WARNING, "; ".join(failed)
     worse = _violations(band.warning, metrics, u, cls) if band.warning is not None else failed
     return FAIL, "; ".join(worse)
+
+
+_Bound = tuple[str, Callable[[Any, Any], Any], float]  # a PASS condition at one u: field, comparison, bound
+
+
+class Judge:
+    """verdict() for many pairs under one `thresholds`: each (dtypes, floor, mode)'s class, band and bounds
+    are looked up once; a pair that every PASS condition holds for (the common case) is PASS at once, any
+    other goes through verdict(), which gives the same answer and words the reason."""
+
+    def __init__(self, thresholds: Thresholds) -> None:
+        self.thresholds = thresholds
+        self._rules: dict[tuple[str, str, str | None, str], tuple[str, list[_Bound] | None]] = {}
+
+    def rules(self, golden_dtype: str, target_dtype: str, floor: str | None, mode: str
+              ) -> tuple[str, list[_Bound] | None]:
+        """(dtype class, the band's PASS conditions as (field, comparison, bound)), None without a band."""
+        key = (golden_dtype, target_dtype, floor, mode)
+        got = self._rules.get(key)
+        if got is None:
+            cls, u = dtype_class(golden_dtype, target_dtype, floor)
+            band = self.thresholds.band(mode, cls)
+            conds = None if band is None else [(c.key, _OPS[c.op], c.bound(u)) for c in band.passing]
+            got = self._rules[key] = (cls, conds)
+        return got
+
+    def __call__(self, metrics: Metrics, golden_dtype: str, target_dtype: str, mode: str,
+                 floor: str | None = None) -> tuple[PairVerdict, str]:
+        """What verdict() gives."""
+        if mode != "hash" and not metrics.get(M.NONFINITE_MISMATCH) and metrics.get(M.GOLDEN_ABS_MAX) != 0.0:
+            conds = self.rules(golden_dtype, target_dtype, floor, mode)[1]
+            if conds is not None and (mode != "tensor" or metrics.get(M.COMPARED)) and _all_hold(conds, metrics):
+                return PASS, ""
+        return verdict(metrics, golden_dtype, target_dtype, mode, self.thresholds, floor)
+
+
+def _all_hold(conds: list[_Bound], metrics: Mapping[str, object]) -> bool:
+    """Condition.holds of each condition, True for all (an N/A metric holds no condition)."""
+    get = metrics.get
+    for key, op, bound in conds:
+        v = get(key)
+        if not isinstance(v, (int, float)) or not op(float(v), bound):
+            return False
+    return True

@@ -339,13 +339,18 @@ def _extra(text: str) -> dict[str, Any]:
 
 
 def _shapes(c: Columns) -> list[tuple[int, ...]]:
+    """Each record's shape; records of one shape share one tuple (a run holds few distinct shapes: less
+    memory per record, fewer tuples made)."""
     ndim = c.ints[:, 3]
     if len(ndim) and (ndim == ndim[0]).all():  # one rank for all: rows of a matrix
         k = int(ndim[0])
-        return list(map(tuple, c.dims.reshape(len(ndim), k).tolist())) if k else [()] * len(ndim)
-    dims = c.dims.tolist()
-    ends = np.cumsum(ndim).tolist()
-    return [tuple(dims[a:b]) for a, b in zip([0, *ends[:-1]], ends)]
+        made = list(map(tuple, c.dims.reshape(len(ndim), k).tolist())) if k else [()] * len(ndim)
+    else:
+        dims = c.dims.tolist()
+        ends = np.cumsum(ndim).tolist()
+        made = [tuple(dims[a:b]) for a, b in zip([0, *ends[:-1]], ends)]
+    seen: dict[tuple[int, ...], tuple[int, ...]] = {}
+    return list(map(seen.setdefault, made, made))
 
 
 def _stats(c: Columns) -> list[Stats | None]:

@@ -74,6 +74,12 @@ class Dump(ABC):
     def span(self, rec: Record) -> TensorSpan | np.ndarray:
         """The record's data: where its bytes lie on disk, or an array in memory (DumpError if unreadable)."""
 
+    def locate(self, rec: Record) -> tuple[Path, int] | None:
+        """(file, offset) of the record's bytes when they lie raw there exactly as its own dtype and shape
+        describe (checked as span checks it; DumpError as span raises), without building a TensorSpan: compare
+        asks this for every record. None: this format answers by span() only."""
+        return None
+
     def open_part(self, rank: int, step: int) -> Dump:
         """The same run's other (rank, step) part, as the format opens it (with_part checks the scope first)."""
         raise DumpError(f"{self.root}: a {self.format or 'this'} dump has one part (rank {self.rank} step {self.step}), "

@@ -12,8 +12,11 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from ..base import gcpause
 from ..base.errors import DumpError
@@ -212,18 +215,21 @@ def shard_entries(path: Path, raw: bytes, n: int, size: int) -> ShardHeader:
     """Every entry of a safetensors header checked: known dtype, sizes, offsets inside the file that
     hold exactly the shape's bytes and overlap no other tensor."""
     try:
-        header = parse_json(raw)
+        header = _header_fast(raw)
+        if header is None:
+            header = parse_json(raw)
         if not isinstance(header, dict):
             raise ValueError("not a JSON object")
     except ValueError as exc:
         raise DumpError(f"{path}: corrupt safetensors header ({exc})") from None
     base = 8 + n
     entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
+    shapes: dict[tuple[int, ...], tuple[int, ...]] = {}  # entries of one shape share one tuple
     for key, info in header.items():
         if key == "__metadata__":
             continue
         try:
-            entries[key] = _entry(info, base, size)
+            entries[key] = _entry(info, base, size, shapes)
         except ValueError as exc:
             raise DumpError(f"{path}: corrupt safetensors header entry for {key!r}: {exc}") from None
     spans = sorted((e[2], e[3], k) for k, e in entries.items() if e[3] > e[2])
@@ -233,12 +239,37 @@ def shard_entries(path: Path, raw: bytes, n: int, size: int) -> ShardHeader:
     return ShardHeader(path=path, size=size, entries=entries)
 
 
-def _entry(info: Any, base: int, size: int) -> tuple[str, tuple[int, ...], int, int]:
-    fast = _entry_fast(info, base, size)
+def _header_fast(raw: bytes) -> dict[str, Any] | None:
+    """A header parsed by orjson (twice as fast as json on thousands of entries) when that provably is what
+    parse_json gives: no escape in the text, and no repeated key, which orjson would pass over silently.
+    The proof counts pairs: every colon outside a string separates one key from its value, so the colons of
+    the text less those inside the keys counted equal the pairs parsed only when no key was dropped (counting
+    fewer pairs or fewer colons can only make them differ). None for anything else: parse_json parses it
+    and names any problem."""
+    if b"\\" in raw:
+        return None
+    try:
+        header = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(header) is not dict:
+        return None
+    values = list(header.values())
+    if values and set(map(type, values)) != {dict}:
+        return None
+    pairs = len(header) + sum(map(len, values))
+    in_keys = "".join(header).count(":") + "".join(chain.from_iterable(values)).count(":")
+    return header if pairs == raw.count(b":") - in_keys else None
+
+
+def _entry(info: Any, base: int, size: int, shapes: dict[tuple[int, ...], tuple[int, ...]] | None = None
+           ) -> tuple[str, tuple[int, ...], int, int]:
+    fast = _entry_fast(info, base, size, shapes)
     return fast if fast is not None else _entry_checked(info, base, size)
 
 
-def _entry_fast(info: Any, base: int, size: int) -> tuple[str, tuple[int, ...], int, int] | None:
+def _entry_fast(info: Any, base: int, size: int, shapes: dict[tuple[int, ...], tuple[int, ...]] | None = None
+                ) -> tuple[str, tuple[int, ...], int, int] | None:
     """The entry of a sound header member, every check of _entry_checked made with exact type tests; None
     for anything _entry_checked must look at (it names the problem). Never raises."""
     if type(info) is not dict:
@@ -257,7 +288,8 @@ def _entry_fast(info: Any, base: int, size: int) -> tuple[str, tuple[int, ...], 
         n *= d
     if hi - lo != n * DTYPES[dtype][0].itemsize:
         return None
-    return dtype, tuple(shape), base + lo, base + hi
+    dims = tuple(shape)
+    return dtype, dims if shapes is None else shapes.setdefault(dims, dims), base + lo, base + hi
 
 
 def _entry_checked(info: Any, base: int, size: int) -> tuple[str, tuple[int, ...], int, int]:

@@ -129,18 +129,24 @@ class OpdiffDump(Dump):
 
     def span(self, rec: Record) -> TensorSpan:
         """Where the record's bytes lie in its shard; the shard's header and the record must agree."""
-        if rec.data is None:
+        path, start = self.locate(rec)
+        return TensorSpan(path=path, offset=start, dtype=rec.dtype, shape=tuple(rec.shape), hash=rec.hash)
+
+    def locate(self, rec: Record) -> tuple[Path, int]:
+        """(shard, offset) of the record's bytes; the shard's header and the record must agree (span's checks)."""
+        data = rec.data
+        if data is None:
             raise DumpError(f"{self.dir}: record {rec.name!r} has no tensor data (captured in stats or hash mode)")
-        part = rec.data.get("part")
-        h = (self._headers.get(rec.data["file"]) if part is None else None) or self.header(rec.data["file"], part)
-        entry = h.entries.get(rec.data["key"])
+        part = data.get("part")
+        h = (self._headers.get(data["file"]) if part is None else None) or self.header(data["file"], part)
+        entry = h.entries.get(data["key"])
         if entry is None:
-            raise DumpError(f"{h.path}: shard has no tensor {rec.data['key']!r} (record {rec.name!r})")
+            raise DumpError(f"{h.path}: shard has no tensor {data['key']!r} (record {rec.name!r})")
         dtype, shape, start, _end = entry
         if dtype != rec.dtype or (shape != rec.shape and not same_layout(shape, tuple(rec.shape))):
-            raise DumpError(f"{h.path}: tensor {rec.data['key']!r} is {dtype}{list(shape)} in the shard but "
+            raise DumpError(f"{h.path}: tensor {data['key']!r} is {dtype}{list(shape)} in the shard but "
                             f"{rec.dtype}{list(rec.shape)} in the index")
-        return TensorSpan(path=h.path, offset=start, dtype=dtype, shape=tuple(rec.shape), hash=rec.hash)
+        return h.path, start
 
     def check(self) -> None:
         """Every shard the index refers to resolves inside the dump, is a regular file with a sound header
