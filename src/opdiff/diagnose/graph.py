@@ -514,7 +514,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
                  _seed=seed, tally=tally, dtype_pairs=seen)
 
 
-_GOLDEN, _TARGET = attrgetter("golden"), attrgetter("target")
+_GOLDEN, _TARGET, _ID = attrgetter("golden"), attrgetter("target"), attrgetter("id")
 _NODE, _INDEX, _ROLE, _NAME, _LEVEL, _DIRECTION, _STATUS, _MODE, _DTYPE, _SRC = (
     attrgetter(a) for a in ("node", "index", "role", "name", "level", "direction", "status", "mode", "dtype", "src"))
 
@@ -692,29 +692,31 @@ def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tenso
     producer: dict[int, int] = {}
     if roles is None:
         roles = [ROLE_CODE.get(t.role, ROLE_OTHER) for t in tensors]
-    wanted = {_probe(r) for t in order if (r := t.target) is not None and r.role == "input"
-              and (not r.src or r.src not in by_name)}
+    if "" in by_name:  # an empty src is no link (an input without one is keyed by content)
+        by_name = {k: v for k, v in by_name.items() if k}
+    recs = cast("list[Record]", list(map(_TARGET, order)))
+    kinds = list(map(_ROLE, recs))
+    # the tensor an input's src link names (None: no usable link)
+    links = list(map(by_name.get, map(_SRC, recs), repeat(None))) if by_name else [None] * len(recs)
+    wanted = {_probe(r) for r, kind, link in zip(recs, kinds, links) if kind == "input" and link is None}
     wanted.discard(None)
     last_output: dict[object, int] = {}  # content key -> latest output or parameter that may be wanted
-    for t in order:
-        r = t.target
-        assert r is not None
-        if r.role == "input":
-            src = by_name.get(r.src) if r.src else None
+    for tid, r, kind, src in zip(map(_ID, order), recs, kinds, links):
+        if kind == "input":
             if src is not None and roles[src] != ROLE_INPUT:
-                producer[t.id] = src
+                producer[tid] = src
             elif src is not None:
                 p = producer.get(src)
                 if p is not None:
-                    producer[t.id] = p
+                    producer[tid] = p
             elif last_output:
                 key = _identity_key(r)
                 if key is not None and key in last_output:
-                    producer[t.id] = last_output[key]
-        elif wanted and (r.role == "output" or r.role == "parameter") and _probe(r) in wanted:
+                    producer[tid] = last_output[key]
+        elif wanted and (kind == "output" or kind == "parameter") and _probe(r) in wanted:
             key = _identity_key(r)
             if key is not None:
-                last_output[key] = t.id
+                last_output[key] = tid
     return producer
 
 

@@ -31,6 +31,9 @@ PEER_MIN = 2.0  # the least amplification allowed where other calls of an op typ
 PEERS = 2  # other calls of an op type needed before they set its amplification
 
 
+_RED, _NMAE = M.RED, M.NORM_MAX_ABS_ERR
+
+
 def is_float(dtype: str | None) -> bool:
     return dtype in FLOAT_DTYPES
 
@@ -53,7 +56,8 @@ def stats_error(g: Stats | None, t: Stats | None) -> float | None:
     """Relative error bound from statistics alone (differences of norm, max, min, mean)."""
     if g is None or t is None or g.norm is None or t.norm is None:
         return None
-    scale_max = absmax(g) or 0.0
+    gmax, gmin = g.max, g.min  # absmax(g), inline: called per pair of a stats dump
+    scale_max = (max(abs(gmax), abs(gmin)) if gmax is not None and gmin is not None else None) or 0.0
     rms = g.norm / math.sqrt(g.numel) if g.numel else 0.0
     terms = []
     if g.norm > 0:
@@ -80,15 +84,16 @@ def pair_error(p: PairResult) -> float | None:
         return _counts_error(p)
     if p.bitwise_equal or (g.hash and t.hash and g.hash == t.hash):
         return 0.0
-    if g.stats is not None and t.stats is not None:
-        ng, nt = g.stats, t.stats
-        if (ng.nan, ng.posinf, ng.neginf) != (nt.nan, nt.posinf, nt.neginf):
-            return math.inf
+    ng, nt = g.stats, t.stats
+    if ng is not None and nt is not None and \
+            (ng.nan != nt.nan or ng.posinf != nt.posinf or ng.neginf != nt.neginf):
+        return math.inf
     m = p.metrics or {}
-    if not is_float(g.dtype) or not is_float(t.dtype):
+    if g.dtype not in FLOAT_DTYPES or t.dtype not in FLOAT_DTYPES:
         return _discrete_error(m, g, t)
-    rel = _num(m.get(M.RED))
-    nmae = _num(m.get(M.NORM_MAX_ABS_ERR))
+    rel, nmae = m.get(_RED), m.get(_NMAE)  # _num's work only for what is not already None or a float
+    rel = rel if rel is None or type(rel) is float else _num(rel)
+    nmae = nmae if nmae is None or type(nmae) is float else _num(nmae)
     if nmae is None:
         mae, scale = _num(m.get(M.MAX_ABS_ERR)), absmax(g.stats)
         nmae = mae / scale if mae is not None and scale else None

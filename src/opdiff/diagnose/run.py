@@ -11,7 +11,7 @@ from ..base.errors import OpdiffError
 from ..base.pair import PairResult
 from ..metrics.counts_mode import HELD
 from ..store import Dump, load
-from . import backward, patch, trust
+from . import backward, gcage, patch, trust
 from .graph import Graph, build
 from .inputs import differing_inputs
 from .local import calibrate, events
@@ -127,6 +127,7 @@ def diagnose(golden: Dump | str | os.PathLike[str], target: Dump | str | os.Path
     with gcpause.paused():  # a million live objects of the comparison: no full collections over them (base/gcpause.py)
         diag = diagnose_run(_as_dump(golden), _as_dump(target), mapping=mapping, comparison=comparison, replay=replay,
                             level=level, direction=direction, workers=workers, progress=progress, rank=rank, step=step)
+        gcage.age_all()  # the graph it holds: no young-generation walk over it after the pause (gcage.py)
     if patcher is not None:
         confirm_by_patching(diag, patcher)
     return diag
