@@ -31,9 +31,6 @@ PEER_MIN = 2.0  # the least amplification allowed where other calls of an op typ
 PEERS = 2  # other calls of an op type needed before they set its amplification
 
 
-_RED, _NMAE = M.RED, M.NORM_MAX_ABS_ERR
-
-
 def is_float(dtype: str | None) -> bool:
     return dtype in FLOAT_DTYPES
 
@@ -91,9 +88,9 @@ def pair_error(p: PairResult) -> float | None:
     m = p.metrics or {}
     if g.dtype not in FLOAT_DTYPES or t.dtype not in FLOAT_DTYPES:
         return _discrete_error(m, g, t)
-    rel, nmae = m.get(_RED), m.get(_NMAE)  # _num's work only for what is not already None or a float
-    rel = rel if rel is None or type(rel) is float else _num(rel)
-    nmae = nmae if nmae is None or type(nmae) is float else _num(nmae)
+    rel_v, nmae_v = m.get(M.RED), m.get(M.NORM_MAX_ABS_ERR)  # _num's work only for what is not None or a float
+    rel = rel_v if rel_v is None or type(rel_v) is float else _num(rel_v)
+    nmae = nmae_v if nmae_v is None or type(nmae_v) is float else _num(nmae_v)
     if nmae is None:
         mae, scale = _num(m.get(M.MAX_ABS_ERR)), absmax(g.stats)
         nmae = mae / scale if mae is not None and scale else None
