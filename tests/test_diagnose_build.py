@@ -13,7 +13,7 @@ import pytest
 from opdiff import load
 from opdiff.base.pair import PairResult
 from opdiff.compare import compare
-from opdiff.diagnose.graph import Graph, _errors, _producers, build
+from opdiff.diagnose.graph import Graph, _errors, _producers, build, identity_key
 from opdiff.diagnose.inplace import inplace_change
 from opdiff.diagnose.run import diagnose_pass
 from opdiff.diagnose.tally import tally_of
@@ -70,6 +70,29 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def _producers_walk(order, by_name, tensors) -> dict[int, int]:
+    """graph._producers one tensor at a time, as it was written first: the oracle for its C-level maps."""
+    producer: dict[int, int] = {}
+    last_output: dict[object, int] = {}
+    for t in order:
+        r = t.target
+        if r.role == "input":
+            src = by_name.get(r.src) if r.src else None
+            if src is not None and tensors[src].role != "input":
+                producer[t.id] = src
+            elif src is not None and src in producer:
+                producer[t.id] = producer[src]
+            elif src is None:
+                key = identity_key(r)
+                if key is not None and key in last_output:
+                    producer[t.id] = last_output[key]
+        elif r.role in ("output", "parameter"):
+            key = identity_key(r)
+            if key is not None:
+                last_output[key] = t.id
+    return producer
+
+
 def _pairs(tmp_path, level: str, golden_extra: bool, target_extra: bool):
     """Golden and target of _run (the target's op 2 off), each with an op the other lacks when asked, compared."""
     _run(tmp_path / "golden", level, True, None, 1 if golden_extra else None)
@@ -99,6 +122,16 @@ def test_build_gives_the_graph_of_the_walk(tmp_path, level, golden_extra, target
     assert graph.tally.one_sided("target") == sum(p.golden is None for p in pairs)
     order = sorted((x for x in graph.tensors if x.target is not None), key=lambda x: x.order)
     assert graph.producer == _producers(order, want["by_name"], graph.tensors)  # roles from the tensors
+    assert graph.producer == _producers_walk(order, want["by_name"], graph.tensors)
+    owner: dict[str, int] = {}
+    for n in sorted(graph.nodes, key=lambda n: n.start):  # the first non-parameter call of each module, one at a time
+        if n.op != "parameter" and n.level != "param":
+            owner.setdefault(n.module, n.id)
+    assert list(graph.owner.items()) == list(owner.items()) and owner
+    consumers: dict[int, list[int]] = {}
+    for inp, out in graph.producer.items():
+        consumers.setdefault(out, []).append(inp)
+    assert graph.consumers == consumers
     assert graph.columns_seeded() and list(graph.dtype_pairs) == list(dict.fromkeys(
         (p.golden.dtype if p.golden else None, p.target.dtype if p.target else None) for p in pairs))
 

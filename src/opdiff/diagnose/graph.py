@@ -106,11 +106,21 @@ class Graph:
     dtype_pairs: DtypePairs = field(default_factory=dict)  # (golden dtype, target dtype) -> tensors, as built
 
     def __post_init__(self) -> None:
+        consumers = self.consumers
         for inp, out in self.producer.items():
-            self.consumers.setdefault(out, []).append(inp)
-        for n in sorted(self.nodes, key=_START):
-            if n.op != "parameter" and n.level != "param":
+            readers = consumers.get(out)
+            if readers is None:
+                consumers[out] = [inp]  # not setdefault(out, []): no list made per input
+            else:
+                readers.append(inp)
+        calls = sorted((n for n in self.nodes if n.op != "parameter" and n.level != "param"), key=_START)
+        if self.owner:
+            for n in calls:
                 self.owner.setdefault(n.module, n.id)
+            return
+        modules = list(map(_MODULE, calls))
+        first = dict(zip(reversed(modules), map(_ID, reversed(calls))))  # the last value a key gets: its first call
+        self.owner.update((m, first[m]) for m in dict.fromkeys(modules))  # keys in order of first call, as setdefault
 
     @property
     def passthrough(self) -> set[int]:
@@ -393,7 +403,7 @@ def _abs_error(p: PairResult) -> float | None:
 
 
 MAX_ABS = M.MAX_ABS_ERR
-_START, _END = attrgetter("start"), attrgetter("end")
+_START, _END, _MODULE = attrgetter("start"), attrgetter("end"), attrgetter("module")
 GUESS_LIMIT = 0.5  # a pair made by sequence alignment whose relative error exceeds this is taken as a mis-pairing
 SCOPE = 32  # how many finished children of a module its own code is assumed to read from
 ISLAND_SHARE = 0.05  # a narrower dtype in fewer than this share of the target's float pairs is an island
