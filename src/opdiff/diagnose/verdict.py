@@ -226,8 +226,8 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
         "cosine": own.pair.metrics.get(M.COSINE) if own is not None else None}]
     groups = [culprit.module]  # the module at the culprit's depth each entry stands for
     keys: dict[str, str] = {}  # module -> its group key (computed once per module)
-    for t in (x for x in graph.in_order() if x.role == "output"):
-        if t.order < start_order or t.err is None or noise.agrees(t.err, t.unit):
+    for t in graph.in_order():  # the diverging outputs from start_order on; the role (a property) asked last
+        if t.order < start_order or t.err is None or noise.agrees(t.err, t.unit) or t.role != "output":
             continue
         node = graph.nodes[t.node]
         key = keys.get(node.module)
