@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -32,6 +32,7 @@ ROUNDING_UNIT = {
 INT_CLASS = "int"
 ANY_CLASS = "*"
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq}
+Bound = tuple[str, Callable[[float, float], bool], float]  # a condition at one u: field, comparison, bound
 _COND_RE = re.compile(r"^\s*(<=|>=|==|<|>)?\s*([-+0-9.eE]+|inf)\s*(u?)\s*$")
 _EXPR_RE = re.compile(r"^\s*([A-Za-z][\w ]*?)\s*(<=|>=|==|<|>)\s*(\S+)\s*$")
 SIGNIFICANT = 32.0  # units of rounding above which a fresh error is no rounding noise (docs/diagnose.md)
@@ -71,6 +72,10 @@ class Condition:
         if not isinstance(v, (int, float)):
             return None
         return bool(_OPS[self.op](float(v), self.bound(u)))
+
+    def at(self, u: float) -> Bound:
+        """The condition at one rounding unit u, for all_hold: (field, comparison, bound)."""
+        return self.key, _OPS[self.op], self.bound(u)
 
     def text(self) -> str:
         return f"{self.metric} {self.op} {_fmt(self.value)}{'u' if self.in_u else ''}"
@@ -264,3 +269,13 @@ def with_rules(th: Thresholds, passing: list[Condition], warning: list[Condition
     th.tensor = {ANY_CLASS: band}
     th.name = f"{th.name}+flags"
     return th
+
+
+def all_hold(conds: list[Bound], metrics: Mapping[str, object]) -> bool:
+    """Whether every condition holds (Condition.holds of each is True; an N/A metric holds none)."""
+    get = metrics.get
+    for key, op, bound in conds:
+        v = get(key)
+        if not isinstance(v, (int, float)) or not op(float(v), bound):
+            return False
+    return True
