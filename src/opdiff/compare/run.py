@@ -51,7 +51,7 @@ from ..metrics.tensor import TensorDataError, TensorSource, Workspace, pair_metr
 from ..metrics.thresholds import Thresholds, dtype_class, load_thresholds, lower_precision, preset
 from ..metrics.verdict import Judge, verdict
 from ..store import Dump, load
-from ..store.format import DTYPES, FLOAT_DTYPES, dtype_name, numpy_dtype
+from ..store.format import FLOAT_DTYPES, dtype_name, numpy_dtype
 from .gate import Judgement
 from .parts import open_pair, shared_steps
 from .sameness import check_comparable
@@ -334,10 +334,7 @@ def _as_dump(d: Dump | str | os.PathLike[str]) -> Dump:
 def _nbytes(r: Record) -> int:
     if r.data is None:
         return 0
-    return math.prod(r.shape) * (_ITEMSIZE.get(r.dtype) or numpy_dtype(r.dtype).itemsize)
-
-
-_ITEMSIZE = {name: dt.itemsize for name, (dt, _) in DTYPES.items()}
+    return math.prod(r.shape) * numpy_dtype(r.dtype).itemsize
 
 
 def _batches(items: list[tuple[int, int]]) -> list[list[int]]:

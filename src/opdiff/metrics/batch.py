@@ -19,7 +19,8 @@ import numpy as np
 import xxhash
 
 from ..base.pair import Metrics
-from ..store.format import DTYPES, numpy_dtype
+from ..store.format import numpy_dtype
+from ..store.stats import content_hasher
 from . import kernel as K
 from .tensor import F16, F32, TensorDataError, TensorSource, Workspace, _kl_norm, finalize_rows, kernel_dtype, na_metrics
 
@@ -28,8 +29,6 @@ GAP = 4096  # bytes between two tensors of a file that one read still spans
 READ_MAX = 16 << 20  # bytes one read spans at most
 
 Range = tuple[float | None, float | None, float]
-_NUMPY = {name: dt for name, (dt, _) in DTYPES.items()}
-_ITEMSIZE = {name: dt.itemsize for name, dt in _NUMPY.items()}
 
 
 @dataclass(slots=True)
@@ -144,7 +143,7 @@ def read_sources(sources: list[TensorSource], ws: Workspace) -> list[np.ndarray 
 
 
 def _nbytes(src: TensorSource) -> int:
-    return math.prod(src.shape) * (_ITEMSIZE.get(src.dtype) or numpy_dtype(src.dtype).itemsize)
+    return math.prod(src.shape) * numpy_dtype(src.dtype).itemsize
 
 
 class _Hashes:
@@ -159,7 +158,7 @@ class _Hashes:
         key = (src.dtype, src.shape)
         seeded = self._seeded.get(key)
         if seeded is None:
-            seeded = self._seeded[key] = xxhash.xxh3_64(f"{src.dtype}{list(src.shape)}".encode())
+            seeded = self._seeded[key] = content_hasher(src.dtype, src.shape)
         h = seeded.copy()
         h.update(raw.data)
         return "xxh3:" + h.hexdigest() == src.hash
@@ -203,4 +202,4 @@ def _read_run(sources: list[TensorSource], run: list[int], sizes: list[int], ws:
         raw = buf[lo:lo + sizes[k]]
         if s.hash and s.hash.startswith("xxh3:") and not hashes.matches(s, raw):
             continue
-        out[k] = raw.view(_NUMPY.get(s.dtype) or numpy_dtype(s.dtype))
+        out[k] = raw.view(numpy_dtype(s.dtype))

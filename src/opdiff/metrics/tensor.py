@@ -22,6 +22,7 @@ import xxhash
 from ..base.errors import DumpError
 from ..base.pair import Metrics
 from ..store.format import dtype_name, numpy_dtype
+from ..store.stats import content_hasher
 from . import kernel as K
 from . import names as M
 from .names import ERR_MESSAGE  # re-exported: the key of a metrics dict that carries the reasons
@@ -191,8 +192,7 @@ class _Reader:
             if not self.small:
                 self.mm = ws.mapped(src.path)
             if verify and src.hash and src.hash.startswith("xxh3:"):
-                self.hasher = xxhash.xxh3_64()
-                self.hasher.update(f"{src.dtype}{list(src.shape)}".encode())
+                self.hasher = content_hasher(src.dtype, src.shape)
 
     def read(self, start: int, count: int) -> np.ndarray:
         if self.src.array is not None:

@@ -48,10 +48,17 @@ def tensor_stats(arr: np.ndarray) -> Stats:
     )
 
 
-def content_hash(data: bytes | memoryview | np.ndarray, dtype: str, shape: tuple[int, ...]) -> str:
-    """xxh3-64 of dtype, shape and the raw little-endian bytes: equal iff the tensors are bitwise equal."""
+def content_hasher(dtype: str, shape: tuple[int, ...]) -> xxhash.xxh3_64:
+    """An xxh3-64 state after content_hash's (dtype, shape) prefix: update it with the raw bytes, then
+    "xxh3:" + hexdigest() is the tensor's content hash (readers checking bytes in chunks, or many of one shape)."""
     h = xxhash.xxh3_64()
     h.update(f"{dtype}{list(shape)}".encode())
+    return h
+
+
+def content_hash(data: bytes | memoryview | np.ndarray, dtype: str, shape: tuple[int, ...]) -> str:
+    """xxh3-64 of dtype, shape and the raw little-endian bytes: equal iff the tensors are bitwise equal."""
+    h = content_hasher(dtype, shape)
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data).view(np.uint8).reshape(-1).data
     h.update(data)
