@@ -29,7 +29,7 @@ from ..store import Dump
 from .columns import ROLE_CODE, ROLE_INPUT, ROLE_OTHER, Columns, Seed, columns
 from .inplace import inplace_change, inplace_error
 from .noise import pair_error
-from .tally import Tally
+from .tally import Tally, tally_of
 
 
 @dataclass(slots=True)
@@ -412,15 +412,6 @@ ISLAND_SHARE = 0.05  # a narrower dtype in fewer than this share of the target's
 DtypePairs = dict[tuple[str | None, str | None], int]  # (golden dtype, target dtype) -> pairs, first seen first
 
 
-def dtype_pairs(tensors: list[Tensor]) -> DtypePairs:
-    """How many tensors hold each (golden dtype, target dtype) pair (build counts them in its loop)."""
-    out: DtypePairs = {}
-    for t in tensors:
-        key = (t.golden.dtype if t.golden is not None else None, t.target.dtype if t.target is not None else None)
-        out[key] = out.get(key, 0) + 1
-    return out
-
-
 def _side_counts(pairs: DtypePairs, side: int) -> Counter[str]:
     """Tensors per dtype on one side (0 golden, 1 target), in first-seen order."""
     out: Counter[str] = Counter()
@@ -437,12 +428,10 @@ def _wide_unit(pairs: DtypePairs, islands: set[str]) -> float:
     return max((unit(d) for d in dtypes if d not in islands and unit(d) > 0), default=0.0)
 
 
-def hold_islands(tensors: list[Tensor], pairs: DtypePairs | None = None) -> set[str]:
+def hold_islands(tensors: list[Tensor], pairs: DtypePairs) -> set[str]:
     """Float dtypes narrower than golden's that the target uses only in a few places (one op computed in
     fp16 in an fp32 run): pairs in them are held to golden's rounding, as a precision bug is not the
-    run's precision. Returns those island dtypes. `pairs`: dtype_pairs(tensors), when already counted."""
-    if pairs is None:
-        pairs = dtype_pairs(tensors)
+    run's precision. Returns those island dtypes. `pairs`: the tensors per (golden, target) dtype build counted."""
     g_all = _side_counts(pairs, 0)
     golden_dtypes = Counter({d: n for d, n in g_all.items() if unit(d) > 0})  # first-seen order kept, as before
     if not golden_dtypes:
@@ -536,17 +525,7 @@ def _tally(pairs: list[PairResult], gs: list[Record | None], ts: list[Record | N
         out.modes = set(map(_MODE, pairs))
         out.other = len(pairs) - list(map(_DIRECTION, ts)).count(direction)
         return out
-    for p, g, t in zip(pairs, gs, ts):
-        st = p.status
-        if st != "compared" or g is None or t is None:
-            out.odd.append(p)
-        if st == "compared":
-            out.modes.add(p.mode)
-        rec = t if t is not None else g
-        assert rec is not None  # a pair has at least one side
-        if rec.direction != direction:
-            out.other += 1
-    return out
+    return tally_of(pairs, direction)
 
 
 def _dtypes(recs: list[Record | None]) -> list[str | None]:
@@ -627,20 +606,6 @@ def _target_only(gs: list[Record | None], ts: list[Record | None]) -> list[int]:
 
 def _by_order(t: Tensor) -> int:
     return t.order
-
-
-class _UnitCache:
-    """unit() of a pair's two dtypes, once per dtype pair seen (a run has a handful)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[tuple[str | None, str | None], float] = {}
-
-    def of(self, g: Record | None, t: Record | None) -> float:
-        key = (g.dtype if g is not None else None, t.dtype if t is not None else None)
-        u = self._seen.get(key)
-        if u is None:
-            u = self._seen[key] = unit(*key)
-        return u
 
 
 def _nest(nodes: list[Node]) -> None:

@@ -31,10 +31,6 @@ PEER_MIN = 2.0  # the least amplification allowed where other calls of an op typ
 PEERS = 2  # other calls of an op type needed before they set its amplification
 
 
-def is_float(dtype: str | None) -> bool:
-    return dtype in FLOAT_DTYPES
-
-
 def nonfinite(stats: Stats | None) -> int:
     """Count of nan and +-inf elements."""
     return (stats.nan + stats.posinf + stats.neginf) if stats is not None else 0

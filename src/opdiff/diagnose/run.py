@@ -51,11 +51,10 @@ def settings_diff(golden: Dump, target: Dump) -> dict[str, Any]:
     return out
 
 
-def _warnings(golden: Dump, target: Dump, graph: Graph, pairs: list[PairResult], run_dtype: str) -> list[str]:
+def _warnings(golden: Dump, target: Dump, graph: Graph, tally: Tally, run_dtype: str) -> list[str]:
     out: list[str] = []
     for dump, side in ((golden, "golden"), (target, "target")):
         out.extend(f"{side}: {p}" for p in dump.problems[:2])
-    tally = _tally(graph, pairs)
     n_g, n_t = tally.unmatched("golden"), tally.unmatched("target")
     if n_g or n_t:
         out.append(f"{n_g} golden and {n_t} target records have no counterpart (ops added, removed or fused); "
@@ -178,10 +177,10 @@ def diagnose_pass(golden: Dump, target: Dump, comparison: Comparison, *, level: 
         raise OpdiffError(f"{target.root}: no {direction} record{what} pairs with one of {golden.root}: nothing to diagnose")
     noise = calibrate(graph)
     evs = events(graph, noise)
-    warnings = _warnings(golden, target, graph, pairs, noise.run_dtype)
+    tally = _tally(graph, pairs)
+    warnings = _warnings(golden, target, graph, tally, noise.run_dtype)
     diag = decide(graph, noise, evs, first_overflow(graph), differing_inputs(graph, noise), warnings,
                   replayable=replay)
-    tally = _tally(graph, pairs)
     own = _own_records(pairs, direction, tally)
     trust.apply(diag, comparison, own, odd=tally.odd if own is pairs else None)
     settings = settings_diff(golden, target)
