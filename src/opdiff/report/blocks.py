@@ -174,10 +174,10 @@ class Block:
 
     __slots__ = ("results", "cols", "at", "_shapes", "_sides", "_fixed", "_metrics", "_attrs", "_columns")
 
-    def __init__(self, results: list[PairResult], cols: list[str], at: tuple[int, int] = (0, 0),
-                 shapes: dict[tuple[int, ...], str] | None = None) -> None:
+    def __init__(self, results: list[PairResult], cols: list[str], at: tuple[int, int],
+                 shapes: dict[tuple[int, ...], str]) -> None:
         self.results, self.cols, self.at = results, cols, at  # at: (rank, step) of the part
-        self._shapes = {} if shapes is None else shapes
+        self._shapes = shapes  # shape -> its text, shared by the blocks of one pass
         self._sides: dict[str, list[Record | None]] = {}
         self._fixed: list[list[Any]] | None = None
         self._metrics: dict[str, Column] = {}

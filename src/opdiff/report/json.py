@@ -168,8 +168,7 @@ def pair_lines(b: Block, names: dict[tuple[str, ...], tuple[str, ...]], multi: b
     at = b.at if multi else None
     if numtext.orjson is None:
         for r in b.results:
-            doc = pair_json(r)
-            yield ("," + compact({"rank": at[0], "step": at[1], **doc} if at else doc) + "\n").encode("utf-8")
+            yield b"," + _std_line(r, at)
         return
     template = json_rows.template(b, at)
     for fast, start, stop in json_rows.runs(template.slow, len(b.results)):
@@ -186,11 +185,13 @@ def _line(r: PairResult, names: dict[tuple[str, ...], tuple[str, ...]], at: tupl
     try:
         return _fast_line(r, names, orjson.Fragment, orjson.dumps, at)
     except TypeError:  # what orjson refuses (an int past 64 bits, a lone surrogate): the standard encoder's line
-        doc = pair_json(r)
-        return (compact({"rank": at[0], "step": at[1], **doc} if at else doc) + "\n").encode("utf-8")
+        return _std_line(r, at)
 
 
-_default = json_rows.default  # what orjson cannot encode itself
+def _std_line(r: PairResult, at: tuple[int, int] | None) -> bytes:
+    """One pair's line by the standard encoder (with "rank" and "step" first when `at`)."""
+    doc = pair_json(r)
+    return (compact({"rank": at[0], "step": at[1], **doc} if at else doc) + "\n").encode("utf-8")
 
 
 def _fast_line(r: PairResult, names: dict[tuple[str, ...], tuple[str, ...]], frag: Any, dumps_: Any,
@@ -201,7 +202,7 @@ def _fast_line(r: PairResult, names: dict[tuple[str, ...], tuple[str, ...]], fra
     cols = names.get(keys) or names.setdefault(keys, tuple(M.column(k) for k in keys))
     metrics: Any = dict(zip(cols, m.values()))
     nonfinite: dict[str, str] = {}
-    text = dumps_(metrics, default=_default)
+    text = dumps_(metrics, default=json_rows.default)
     if b"null" in text:  # N/A or non-finite: the sibling says which
         metrics, nonfinite = split_nonfinite(metrics)
     else:
@@ -209,5 +210,5 @@ def _fast_line(r: PairResult, names: dict[tuple[str, ...], tuple[str, ...]], fra
     doc = _pair_doc(r, metrics, nonfinite)
     if at is not None:
         doc = {"rank": at[0], "step": at[1], **doc}
-    line: bytes = dumps_(doc, default=_default)
+    line: bytes = dumps_(doc, default=json_rows.default)
     return line + b"\n"
