@@ -166,3 +166,18 @@ def test_counts_and_warnings_of_a_pass_are_those_of_its_pairs(tmp_path):
     assert d.counts["unmatched_target"] == sum(p.golden is None for p in pairs)
     n_g = sum(p.status == "unmatched" and p.target is None for p in pairs)
     assert any(w.startswith(f"{n_g} golden and 0 target records have no counterpart") for w in d.warnings)
+
+
+@pytest.mark.parametrize("level,golden_extra,target_extra", [("aten", False, True), ("module", True, False)])
+def test_stats_mode_errors_are_the_walks(tmp_path, level, golden_extra, target_extra):
+    """A stats-mode comparison: every pair's error is its statistics' (noise.stats_errors by columns), as the walk
+    (stats_error one pair at a time) gives it."""
+    _run(tmp_path / "golden", level, True, None, 1 if golden_extra else None)
+    _run(tmp_path / "target", level, True, 2, 1 if target_extra else None)
+    g, t = load(tmp_path / "golden"), load(tmp_path / "target")
+    pairs = list(compare(g, t, workers=1, mode="stats").results)
+    assert {p.mode for p in pairs if p.status == "compared"} == {"stats"}
+    graph = build(pairs, "forward", g, t)
+    want = _walk(pairs, "forward", g, t)
+    assert _same(_as_walk(graph), {k: v for k, v in want.items() if k != "by_name"})
+    assert any(x.err for x in graph.tensors) and any(x.err == 0.0 for x in graph.tensors)  # the fault, and agreement
