@@ -153,12 +153,17 @@ def _flat_run(path, target: bool, inserted: int | None, ops: int = 44) -> None:
 
 
 @pytest.mark.parametrize("inserted", [None, 3])
-def test_module_scope_columns_equal_the_per_tensor_rules(tmp_path, inserted):
+@pytest.mark.parametrize("wide", [False, True])
+def test_module_scope_columns_equal_the_per_tensor_rules(tmp_path, monkeypatch, inserted, wide):
     """Module level, a root with more children than the scope (SCOPE) holds: each call's weight, made by no
     recorded call, inherits from the root's input and its last SCOPE children's outputs, as scope_before says
     (the oldest of them carrying the largest error), also where a call golden lacks (an unknown error) lies in
-    that scope and known_sources looks through it."""
+    that scope and known_sources looks through it. `wide`: the parent's scopes in numpy (columns._wide_scope,
+    taken for a parent with many inputs to answer), else one input at a time."""
+    from opdiff.diagnose import columns as C
     from opdiff.diagnose.graph import SCOPE
+
+    monkeypatch.setattr(C, "WIDE", 1 if wide else 10**9)
 
     _flat_run(tmp_path / "golden", False, None)
     _flat_run(tmp_path / "target", True, inserted)

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from .graph import Graph
+    from .graph import Graph, Node
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -125,6 +125,9 @@ def _scope_inherited(graph: Graph, ids: list[int], nids: list[int], err: F64, kn
         parent = nodes[pid]
         ends = graph.child_ends(parent)
         p_max, p_unknown = _largest(parent.inputs, errs, knowns)
+        if len(items) >= WIDE:
+            _wide_scope(graph, parent, ends, p_max, p_unknown, items, err, known, out, slow)
+            continue
         c_max: list[float] = []
         unknown_before = [0]  # children up to each index with an output of unknown error
         for c in parent.children:
@@ -140,6 +143,43 @@ def _scope_inherited(graph: Graph, ids: list[int], nids: list[int], err: F64, kn
             m = max(c_max[lo:k], default=-math.inf)
             m = max(m, p_max)
             out[i] = m if m != -math.inf else 0.0
+
+
+WIDE = 256  # a parent with this many inputs to answer has its scopes computed in numpy (_wide_scope)
+
+
+def _wide_scope(graph: Graph, parent: Node, ends: list[int], p_max: float, p_unknown: bool,
+                items: list[tuple[int, int]], err: F64, known: B, out: F64, slow: B) -> None:
+    """_scope_inherited's answer for one parent with many inputs to answer (a flat model: every op a child of
+    the root), in numpy: each child's largest output error, its running maximum over the last SCOPE children
+    (a sliding window; no nan reaches here, so max is order-free), each input's window by searchsorted."""
+    from .graph import SCOPE
+
+    nodes = graph.nodes
+    kids = [nodes[c].outputs for c in parent.children]
+    lens = np.fromiter(map(len, kids), np.int64, len(kids))
+    flat = np.fromiter(chain.from_iterable(kids), np.int64, int(lens.sum()))
+    c_max = np.full(len(kids), -np.inf)
+    c_unknown = np.zeros(len(kids), dtype=np.int64)
+    has = lens > 0
+    if len(flat):
+        starts = np.concatenate(([0], np.cumsum(lens)[:-1]))[has]
+        c_max[has] = np.maximum.reduceat(np.where(known[flat], err[flat], -np.inf), starts)
+        c_unknown[has] = np.add.reduceat((~known[flat]).astype(np.int64), starts) > 0
+    unknown_before = np.concatenate(([0], np.cumsum(c_unknown)))
+    padded = np.concatenate((np.full(SCOPE, -np.inf), c_max))
+    window = np.lib.stride_tricks.sliding_window_view(padded, SCOPE).max(axis=1)  # [k]: children k-SCOPE .. k-1
+    ids = np.fromiter((i for i, _ in items), np.int64, len(items))
+    k = np.searchsorted(np.asarray(ends, dtype=np.int64), np.fromiter((s for _, s in items), np.int64, len(items)),
+                        side="left")
+    lo = np.maximum(k - SCOPE, 0)
+    bad = (unknown_before[k] - unknown_before[lo]) > 0
+    if p_unknown:
+        bad[:] = True
+    m = np.maximum(window[k], p_max)
+    good = ~bad
+    out[ids[good]] = np.where(m[good] == -np.inf, 0.0, m[good])
+    slow[ids[bad]] = True
 
 
 def _largest(ids: list[int], errs: list[float], knowns: list[bool]) -> tuple[float, bool]:
