@@ -23,13 +23,13 @@ from ..base.pair import PairResult
 from ..base.record import Record, Stats
 from ..base.vocab import MATCH_SEQUENCE
 from ..metrics import names as M
-from ..metrics.masks import mask_pair, masked_errors
+from ..metrics.masks import FILL, RANGE, mask_pair, masked_errors
 from ..metrics.thresholds import unit
 from ..store import Dump
 from ..store.format import FLOAT_DTYPES
 from .columns import ROLE_CODE, ROLE_INPUT, ROLE_OTHER, Columns, Seed, columns
 from .inplace import inplace_change, inplace_error
-from .noise import pair_error, stats_errors
+from .noise import pair_error, stats_columns
 from .tally import Tally, tally_of
 
 
@@ -502,7 +502,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     islands = hold_islands(tensors, seen)
     if islands:  # units changed
         seed.unit = [x.unit for x in tensors]
-    order = sorted((x for x in tensors if x.target is not None), key=_by_order)  # order: the target's index
+    order = sorted([x for x in tensors if x.target is not None] if golden_only else tensors, key=_ORDER)  # target's index
     _nest(nodes)
     root = _root(nodes)
     producer = _producers(order, by_name, tensors, role_col)
@@ -549,6 +549,7 @@ def _pair_errors(pairs: list[PairResult], golden: Dump | None, target: Dump | No
     abs_errs: list[float | None] = []
     by_stats: list[int] = []
     add_err, add_abs, errors, abs_error = errs.append, abs_errs.append, _errors, _abs_error
+    add_stats, stats_only = by_stats.append, _stats_only
     for i, p in enumerate(pairs):
         g, t = p.golden, p.target
         if p.bitwise_equal and g is not None and t is not None and p.status == "compared" and p.mode != "counts" \
@@ -556,10 +557,10 @@ def _pair_errors(pairs: list[PairResult], golden: Dump | None, target: Dump | No
             add_err(0.0)
             a = p.metrics.get(MAX_ABS)
             add_abs(a if type(a) is float and a - a == 0.0 else abs_error(p))  # a finite float, else _abs_error
-        elif p.mode == "stats" and _stats_only(p, g, t):
+        elif p.mode == "stats" and stats_only(p, g, t):
             add_err(None)
             add_abs(None)
-            by_stats.append(i)
+            add_stats(i)
         else:
             e, a = errors(p, golden, target)
             add_err(e)
@@ -582,22 +583,30 @@ def _stats_only(p: PairResult, g: Record | None, t: Record | None) -> bool:
             or g.dtype not in FLOAT_DTYPES or t.dtype not in FLOAT_DTYPES:
         return False
     m = p.metrics
-    return m is None or m.get(M.RED) is None and m.get(MAX_ABS) is None and m.get(M.NORM_MAX_ABS_ERR) is None
+    return m is None or m.get(_RED) is None and m.get(MAX_ABS) is None and m.get(_NORM_MAX_ABS) is None
+
+
+_RED, _NORM_MAX_ABS = M.RED, M.NORM_MAX_ABS_ERR  # with MAX_ABS: pair_error's terms before the statistics
 
 
 def _stats_pair_errors(pairs: list[PairResult], at: list[int], errs: list[float | None],
                        abs_errs: list[float | None], golden: Dump | None, target: Dump | None) -> None:
     """Fill in the errors of the pairs at `at` (_stats_only): their statistics' errors in one numpy pass; a
-    pair that differs and may be a mask in two encodings goes through _errors (its data, where at hand)."""
+    pair that differs and may be a mask in two encodings (mask_pair, asked only where a value reaches a fill's
+    size) goes through _errors (its data, where at hand)."""
     sel = [pairs[i] for i in at]
     gs = cast("list[Stats]", [p.golden.stats for p in sel])  # type: ignore[union-attr]  # _stats_only: both there
     ts = cast("list[Stats]", [p.target.stats for p in sel])  # type: ignore[union-attr]
-    values = stats_errors(gs, ts)
-    for i, p, e in zip(at, sel, values):
-        if e and mask_pair(p.golden, p.target):
-            errs[i], abs_errs[i] = _errors(p, golden, target)
-        else:
-            errs[i] = e
+    values, large = stats_columns(gs, ts, MASK_SIZE)
+    for i, e in zip(at, values):
+        errs[i] = e
+    for j in large:
+        p = sel[j]
+        if values[j] and mask_pair(p.golden, p.target):
+            errs[at[j]], abs_errs[at[j]] = _errors(p, golden, target)
+
+
+MASK_SIZE = FILL * min(RANGE.values())  # the least |value| a float dtype's mask fill (has_fill) can have
 
 
 def _nodes(first: dict[str, int], tgt: list[Record], nids: list[int], orders: list[int]) -> list[Node]:
@@ -646,6 +655,9 @@ def _target_only(gs: list[Record | None], ts: list[Record | None]) -> list[int]:
 
 def _by_order(t: Tensor) -> int:
     return t.order
+
+
+_ORDER = attrgetter("order")  # _by_order, C-level
 
 
 def _nest(nodes: list[Node]) -> None:

@@ -75,17 +75,23 @@ EXACT = 2.0 ** 53  # beyond this a Python int differs from its float: such a row
 
 
 def stats_errors(gs: list[Stats], ts: list[Stats]) -> list[float | None]:
+    """stats_error of each (golden, target) statistics pair, the same floats, by numpy columns (stats_columns)."""
+    return stats_columns(gs, ts, math.inf)[0]
+
+
+def stats_columns(gs: list[Stats], ts: list[Stats], beyond: float) -> tuple[list[float | None], list[int]]:
     """stats_error of each (golden, target) statistics pair, the same floats, by numpy columns: a stats-mode
-    dump's every pair takes this rule (100,000 pairs: docs/diagnose.md, "Speed"). Rows with a value None,
-    non-finite or an int too large for a float exactly go through stats_error itself (its branches and
-    max's nan ordering); on the others every term is a finite or +inf float, and IEEE subtraction, division
-    and sqrt round as Python's do."""
+    dump's every pair takes this rule (100,000 pairs: docs/diagnose.md, "Speed"); and the rows whose max or
+    min reach `beyond` in magnitude on either side (a mask's fill values) or that the columns could not judge.
+    Rows with a value None, non-finite or an int too large for a float exactly go through stats_error itself
+    (its branches and max's nan ordering); on the others every term is a finite or +inf float, and IEEE
+    subtraction, division and sqrt round as Python's do."""
     if not gs:
-        return []
+        return [], []
     try:
         g, t = _columns(gs, _GOLDEN_FIELDS, 5), _columns(ts, _TARGET_FIELDS, 4)
     except (TypeError, ValueError, OverflowError):  # a field that is no number: the rule's own answer
-        return list(map(stats_error, gs, ts))
+        return list(map(stats_error, gs, ts)), list(range(len(gs)))
     with np.errstate(all="ignore"):
         plain = (np.abs(g) < EXACT).all(axis=1) & (np.abs(t) < EXACT).all(axis=1)  # None -> nan: not plain
         gn, gmax, gmin, gmean, numel = g.T
@@ -99,11 +105,12 @@ def stats_errors(gs: list[Stats], ts: list[Stats]) -> list[float | None]:
         out = np.maximum(out, np.where(scale > 0, np.abs(tmin - gmin) / scale, none))
         out = np.maximum(out, np.where(rms > 0, np.abs(tmean - gmean) / rms, none))
         out = np.where(out == none, np.where(tn == 0, 0.0, 1.0), out)  # no terms: an all-zero golden
+        large = ~plain | (scale >= beyond) | (np.maximum(np.abs(tmax), np.abs(tmin)) >= beyond)
     res: list[float | None] = out.tolist()
     if not plain.all():
         for i in np.flatnonzero(~plain).tolist():
             res[i] = stats_error(gs[i], ts[i])
-    return res
+    return res, np.flatnonzero(large).tolist()
 
 
 def _columns(stats: list[Stats], fields: attrgetter[tuple[float | None, ...]], k: int) -> np.ndarray:
