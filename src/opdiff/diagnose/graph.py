@@ -466,10 +466,10 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
         pairs, gs, ts = [pairs[i] for i in keep], [gs[i] for i in keep], [ts[i] for i in keep]
     n = len(pairs)
     errs, abs_errs = _pair_errors(pairs, golden, target)
-    keys = list(zip(_dtypes(gs), _dtypes(ts)))
-    seen: DtypePairs = dict(Counter(keys))  # (golden dtype, target dtype) -> tensors, first seen first
+    gds, tds = _dtypes(gs), _dtypes(ts)
+    seen: DtypePairs = dict(Counter(zip(gds, tds)))  # (golden dtype, target dtype) -> tensors, first seen first
     units = {k: unit(*k) for k in seen}
-    us = list(map(units.__getitem__, keys))
+    us = [units[next(iter(units))]] * n if len(units) == 1 else list(map(units.__getitem__, zip(gds, tds)))
     golden_only = [i for i, t in enumerate(ts) if t is None] if _has_none(ts) else []
     tgt = [t for t in ts if t is not None] if golden_only else cast("list[Record]", ts)
     tids = [i for i, t in enumerate(ts) if t is not None] if golden_only else list(range(n))
