@@ -738,8 +738,10 @@ def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tenso
                     producer[tid] = p
             elif last_output:
                 key = _identity_key(r)
-                if key is not None and key in last_output:
-                    producer[tid] = last_output[key]
+                if key is not None:
+                    p = last_output.get(key)  # one hash of the key, not two
+                    if p is not None:
+                        producer[tid] = p
         elif wanted and (kind == "output" or kind == "parameter") and _probe(r) in wanted:
             key = _identity_key(r)
             if key is not None:
