@@ -544,7 +544,7 @@ def _has_none(xs: list[Record | None]) -> bool:
 def _pair_errors(pairs: list[PairResult], golden: Dump | None, target: Dump | None) -> tuple[list[float | None],
                                                                                               list[float | None]]:
     """Each pair's relative and absolute error (_errors), a pair equal bit for bit answered without its checks,
-    those whose error is their statistics' alone (_stats_only) by columns (noise.stats_errors)."""
+    those whose error is their statistics' alone (_stats_only) by numpy columns (noise.stats_columns)."""
     errs: list[float | None] = []
     abs_errs: list[float | None] = []
     by_stats: list[int] = []
@@ -583,7 +583,7 @@ def _stats_only(p: PairResult, g: Record | None, t: Record | None) -> bool:
             or g.dtype not in FLOAT_DTYPES or t.dtype not in FLOAT_DTYPES:
         return False
     m = p.metrics
-    return m is None or m.get(_RED) is None and m.get(MAX_ABS) is None and m.get(_NORM_MAX_ABS) is None
+    return m is not None and m.get(_RED) is None and m.get(MAX_ABS) is None and m.get(_NORM_MAX_ABS) is None
 
 
 _RED, _NORM_MAX_ABS = M.RED, M.NORM_MAX_ABS_ERR  # with MAX_ABS: pair_error's terms before the statistics
