@@ -5,6 +5,7 @@ dump already stores, and read back exactly what a capture storing them again wou
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -18,8 +19,10 @@ from opdiff.base.record import Record
 from opdiff.capture.stats_kernel import SMALL, array_stats, transposed_hash_stats
 from opdiff.compare import compare
 from opdiff.replay import replay
+from opdiff.store.colindex import COLS_FILE, load_columns, sound
+from opdiff.store.colindex import records as columnar_records
 from opdiff.store.convert import convert
-from opdiff.store.format import numpy_dtype
+from opdiff.store.format import DTYPES, numpy_dtype
 from opdiff.store.stats import content_hash, tensor_stats
 from opdiff.store.writer import DumpWriter
 
@@ -253,8 +256,8 @@ def test_a_wrong_hash_through_axes_is_refused(tmp_path):
 
 
 def test_a_long_part_keeps_axes_whatever_index_it_is_read_from(tmp_path):
-    """A part long enough for the columnar copy (store/colindex.py): a line with `data.axes` is read from the JSON
-    lines, never without its axes."""
+    """A part long enough for the columnar copy (store/colindex.py): the copy holds `data.axes` and gives the
+    records the JSON lines give."""
     arr = np.arange(12, dtype=np.float32).reshape(3, 4)
 
     def rec(i, a):
@@ -268,8 +271,13 @@ def test_a_long_part_keeps_axes_whatever_index_it_is_read_from(tmp_path):
         for i in range(1, 2100):
             w.add(rec(i, arr), None, same_data_as=first)
         w.add(rec(2100, arr.T.copy()), None, same_data_as=first, axes=(1, 0))
+    part = tmp_path / "d/rank0/step0"
+    cols = load_columns((part / COLS_FILE).read_bytes(), (part / "index.jsonl").read_bytes())
+    assert cols is not None and sound(cols, DTYPES, re.compile(r"rank\d+/step\d+"))
+    from_cols = columnar_records(cols)
     d = opdiff.load(tmp_path / "d")
-    assert d.records[-1].data["axes"] == [1, 0] and same_bits(d.tensor(d.records[-1]), arr.T.copy())
+    assert from_cols == d.records and d.records[-1].data["axes"] == [1, 0]
+    assert same_bits(d.tensor(d.records[-1]), arr.T.copy())
     assert "axes" not in d.records[5].data and same_bits(d.tensor(d.records[5]), arr)
 
 
