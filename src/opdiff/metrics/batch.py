@@ -22,7 +22,18 @@ from ..base.pair import Metrics
 from ..store.format import numpy_dtype
 from ..store.stats import content_hasher
 from . import kernel as K
-from .tensor import F16, F32, TensorDataError, TensorSource, Workspace, _kl_norm, finalize_rows, kernel_dtype, na_metrics
+from .tensor import (
+    F16,
+    F32,
+    Columns,
+    TensorDataError,
+    TensorSource,
+    Workspace,
+    _kl_norm,
+    finalize_table,
+    kernel_dtype,
+    na_metrics,
+)
 
 SMALL_PAIR = 1 << 14  # elements per side: a pair at most this big is compared in a batch
 GAP = 4096  # bytes between two tensors of a file that one read still spans
@@ -41,9 +52,27 @@ class PairItem:
     target_range: Range | None = None
 
 
+@dataclass(slots=True)
+class MetricTable:
+    """A batch's results: each item's metrics dict (None: compare it on its own), which items took the common
+    way (every element finite on both sides, neither side all zero) and their numeric metrics as float64
+    columns over every item (nan elsewhere and where N/A), for a verdict by columns (Judge.passing)."""
+
+    metrics: list[Metrics | None]
+    plain: np.ndarray  # bool per item
+    columns: Columns
+
+
 def batch_metrics(items: list[PairItem], ws: Workspace) -> list[Metrics | None]:
     """Every item's metrics (as pair_metrics gives them), or None for an item to compare on its own."""
-    out: list[Metrics | None] = [None] * len(items)
+    return batch_table(items, ws).metrics
+
+
+def batch_table(items: list[PairItem], ws: Workspace) -> MetricTable:
+    """batch_metrics' metrics with the common items' numbers as columns too (MetricTable)."""
+    n = len(items)
+    table = MetricTable([None] * n, np.zeros(n, dtype=bool), {})
+    out = table.metrics
     gold = read_sources([it.golden for it in items], ws)
     targ = read_sources([it.target for it in items], ws)
     groups: dict[tuple[np.dtype, np.dtype], list[int]] = defaultdict(list)
@@ -57,12 +86,12 @@ def batch_metrics(items: list[PairItem], ws: Workspace) -> list[Metrics | None]:
         elif g is not None and t is not None:
             groups[(g.dtype, t.dtype)].append(k)
     for ks in groups.values():
-        _fold_group(items, ks, gold, targ, out, numels)
-    return out
+        _fold_group(items, ks, gold, targ, table, numels)
+    return table
 
 
 def _fold_group(items: list[PairItem], ks: list[int], gold: list[np.ndarray | None], targ: list[np.ndarray | None],
-                out: list[Metrics | None], numels: list[int]) -> None:
+                table: MetricTable, numels: list[int]) -> None:
     """The pairs `ks` (one dtype per side) laid end to end, folded by one kernel call, finalized."""
     first = items[ks[0]]
     kd = kernel_dtype(first.golden.dtype, first.target.dtype)
@@ -81,8 +110,19 @@ def _fold_group(items: list[PairItem], ks: list[int], gold: list[np.ndarray | No
     K.fold_segments(g_all, t_all, offsets, params, acc, cnt, np.zeros(K.N_ACC, dtype=np.float64))
     shifts = [(g[2], t[2]) for g, t in zip(g_rngs, t_rngs)]
     numel = np.diff(offsets).tolist()
-    for k, m in zip(ks, finalize_rows(acc, cnt, numel, absmax, shifts)):
+    metrics, rows, cols = finalize_table(acc, cnt, numel, absmax, shifts)
+    out = table.metrics
+    for k, m in zip(ks, metrics):
         out[k] = m
+    at = np.array(ks, dtype=np.int64)[rows]
+    table.plain[at] = True
+    n = len(out)
+    for key, col in cols.items():
+        full = table.columns.get(key)
+        if full is None:
+            full = table.columns[key] = np.full(n, np.nan)
+        full[at] = col
+
 
 def _params(g_rngs: list[Range], t_rngs: list[Range]) -> tuple[np.ndarray, list[float | None]]:
     """The kernel's parameter rows (each side's KL normalization, then both shifts) and golden's absolute
