@@ -167,23 +167,23 @@ def read_sources(sources: list[TensorSource], ws: Workspace) -> list[np.ndarray 
     out: list[np.ndarray | None] = [None] * len(sources)
     by_file: dict[int, list[int]] = {}  # by the path object (its __hash__ is Python code): sources of a shard share it
     sizes = [0] * len(sources)  # bytes of each file source, computed once: read twice below
+    dtypes: dict[str, np.dtype] = {}  # numpy dtype of each dtype name met
     for k, src in enumerate(sources):
         if src.array is not None:
             out[k] = src.array.reshape(-1)
         elif src.path is not None:
-            sizes[k] = _nbytes(src)
+            dt = dtypes.get(src.dtype)
+            if dt is None:
+                dt = dtypes[src.dtype] = numpy_dtype(src.dtype)
+            sizes[k] = math.prod(src.shape) * dt.itemsize
             by_file.setdefault(id(src.path), []).append(k)
     offsets = [src.offset for src in sources]
     hashes = _Hashes()
     for ks in by_file.values():
         ks.sort(key=offsets.__getitem__)
-        for run in _runs(offsets, ks, sizes):
-            _read_run(sources, run, sizes, ws, out, hashes)
+        for run, lo, hi in _runs(offsets, ks, sizes):
+            _read_run(sources, run, lo, hi, sizes, ws, out, hashes, dtypes)
     return out
-
-
-def _nbytes(src: TensorSource) -> int:
-    return math.prod(src.shape) * numpy_dtype(src.dtype).itemsize
 
 
 class _Hashes:
@@ -204,42 +204,44 @@ class _Hashes:
         return "xxh3:" + h.hexdigest() == src.hash
 
 
-def _runs(offsets: list[int], ks: list[int], sizes: list[int]) -> list[list[int]]:
-    """Sources of one file (sorted by offset) cut into runs that one read covers."""
-    runs: list[list[int]] = []
+def _runs(offsets: list[int], ks: list[int], sizes: list[int]) -> list[tuple[list[int], int, int]]:
+    """Sources of one file (sorted by offset) cut into runs that one read covers: (sources, start, end)."""
+    runs: list[tuple[list[int], int, int]] = []
+    run: list[int] = []
     start = end = 0
     for k in ks:
         lo = offsets[k]
         hi = lo + sizes[k]
-        if runs and lo - end <= GAP and (end if end > hi else hi) - start <= READ_MAX:
-            runs[-1].append(k)
+        if run and lo - end <= GAP and (end if end > hi else hi) - start <= READ_MAX:
+            run.append(k)
             if hi > end:
                 end = hi
         else:
-            runs.append([k])
+            if run:
+                runs.append((run, start, end))
+            run = [k]
             start, end = lo, hi
+    if run:
+        runs.append((run, start, end))
     return runs
 
 
-def _read_run(sources: list[TensorSource], run: list[int], sizes: list[int], ws: Workspace,
-              out: list[np.ndarray | None], hashes: _Hashes | None = None) -> None:
-    """One pread for a run of tensors; each tensor checked against its hash. A read cut short leaves the
-    tensors past its end None (their pairs, compared alone, say the file is truncated)."""
-    first = sources[run[0]]
-    path = first.path
+def _read_run(sources: list[TensorSource], run: list[int], start: int, end: int, sizes: list[int], ws: Workspace,
+              out: list[np.ndarray | None], hashes: _Hashes, dtypes: dict[str, np.dtype]) -> None:
+    """One pread of bytes start..end for a run of tensors; each tensor checked against its hash. A read cut
+    short leaves the run's tensors None (their pairs, compared alone, say the file is truncated)."""
+    path = sources[run[0]].path
     assert path is not None  # read_sources passes file sources only
-    start = first.offset
-    end = max(sources[k].offset + sizes[k] for k in run)
     buf = np.empty(end - start, dtype=np.uint8)
     try:
         ws.pread(path, start, memoryview(buf.data))
     except TensorDataError:
         return
-    hashes = hashes or _Hashes()
     for k in run:
         s = sources[k]
         lo = s.offset - start
         raw = buf[lo:lo + sizes[k]]
-        if s.hash and s.hash.startswith("xxh3:") and not hashes.matches(s, raw):
+        h = s.hash
+        if h and h.startswith("xxh3:") and not hashes.matches(s, raw):
             continue
-        out[k] = raw.view(numpy_dtype(s.dtype))
+        out[k] = raw.view(dtypes[s.dtype])
