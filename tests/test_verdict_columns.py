@@ -102,3 +102,19 @@ def test_compare_with_columns_equals_pair_by_pair(tmp_path, monkeypatch, name):
     assert [list(r.metrics) for r in batched.results] == [list(r.metrics) for r in alone.results]  # key order
     assert {r.result for r in batched.results} >= {PASS}
     assert {dtype_name(g.dtype) for g, _ in pairs} >= {"float32", "float16", "bfloat16"}
+
+
+def test_tallies_counted_in_c_equal_the_loop(tmp_path):
+    """Comparison.counts / status_counts (Counter over the results) give the loop's numbers and key order."""
+    pairs = _pairs()
+    write_dump(tmp_path / "g", [Tensor(f"m.{i}", "Op", "output", "0", g) for i, (g, _) in enumerate(pairs)])
+    write_dump(tmp_path / "t", [Tensor(f"m.{i}", "Op", "output", "0", t) for i, (_, t) in enumerate(pairs[:-4])]
+               + [Tensor("extra", "Op", "output", "0", np.ones(2, np.float32))])
+    cmp = compare(tmp_path / "g", tmp_path / "t", workers=1)
+    want: dict[str, int] = {"PASS": 0, "WARNING": 0, "FAIL": 0, "N/A": 0}
+    status: dict[str, int] = {}
+    for r in cmp.results:
+        want[r.result] = want.get(r.result, 0) + 1
+        status[r.status] = status.get(r.status, 0) + 1
+    assert list(cmp.counts().items()) == list(want.items())
+    assert list(cmp.status_counts().items()) == list(status.items()) and len(status) >= 2

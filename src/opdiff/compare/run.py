@@ -11,9 +11,11 @@ import math
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +63,7 @@ MODES = ("auto", "tensor", "stats", "hash")
 CUT_OFF_NOTE = "beyond the end of the cut-off"
 _SEVERITY = {FAIL: 3, WARNING: 2, NA: 1, PASS: 0}
 _BATCH_BYTES = 32 << 20
+_RESULT, _STATUS = attrgetter("result"), attrgetter("status")
 _BATCH_PAIRS = 1024  # small pairs: a batch's fixed numpy cost spread over more pairs (bytes bound it first)
 
 
@@ -84,16 +87,13 @@ class Comparison:
     def counts(self) -> dict[str, int]:
         """Number of pairs per result: PASS, WARNING, FAIL, N/A."""
         out = {PASS: 0, WARNING: 0, FAIL: 0, NA: 0}
-        for r in self.results:
-            out[r.result] = out.get(r.result, 0) + 1
+        for k, n in Counter(map(_RESULT, self.results)).items():  # counted in C, keys in order of first meeting
+            out[k] = out.get(k, 0) + n
         return out
 
     def status_counts(self) -> dict[str, int]:
         """Number of pairs per status: compared, unmatched, shape-mismatch, dtype-mismatch, error."""
-        out: dict[str, int] = {}
-        for r in self.results:
-            out[r.status] = out.get(r.status, 0) + 1
-        return out
+        return dict(Counter(map(_STATUS, self.results)))  # keys in order of first meeting
 
     def first_fail(self) -> PairResult | None:
         """The first FAIL in execution order (where the target first goes wrong, by the rules)."""
@@ -339,7 +339,7 @@ def _nbytes(r: Record) -> int:
 
 def _batches(items: list[tuple[int, int]]) -> list[list[int]]:
     """Group (position, bytes) work items, biggest first, into batches of similar cost."""
-    items = sorted(items, key=lambda x: -x[1])
+    items = sorted(items, key=itemgetter(1), reverse=True)  # stable: equal sizes keep their order
     out: list[list[int]] = []
     cur: list[int] = []
     size = 0
