@@ -423,7 +423,7 @@ def compare_subset(golden: Dump, target: Dump, plan: PairPlan, positions: list[i
     done = small_pair_results(golden, target, plan, positions, mode, ws, judge) if ws is not None else {}
     # a pair the batch computed passed compare_pair's checks there (_batchable): only its judgement is left
     return [(i, compare_pair(golden, target, pairs[i], mode, thresholds, ws, floors[i], None, judge) if m is None
-             else m if type(m) is PairResult else _judged(golden, target, pairs[i], "tensor", m, floors[i], judge))
+             else m if isinstance(m, PairResult) else _judged(golden, target, pairs[i], "tensor", m, floors[i], judge))
             for i, m in zip(positions, map(done.get, positions))]
 
 

@@ -120,11 +120,11 @@ class Judge:
         if conds is None or any(key not in columns for key, _op, _bound in conds):
             return no
         # what _before_band decides: nan/inf on one side, nothing compared, an all-zero golden (nan: not plain)
-        ok = (columns[M.NONFINITE_MISMATCH][rows] == 0.0) & (columns[M.COMPARED][rows] > 0.0) \
+        ok: np.ndarray = (columns[M.NONFINITE_MISMATCH][rows] == 0.0) & (columns[M.COMPARED][rows] > 0.0) \
             & (columns[M.GOLDEN_ABS_MAX][rows] != 0.0)
         with np.errstate(invalid="ignore"):
             for key, op, bound in conds:
-                ok &= op(columns[key][rows], bound)
+                ok &= op(columns[key][rows], bound)  # the comparison, element-wise
         return ok
 
 
