@@ -245,3 +245,45 @@ def test_records_of_one_shape_share_one_tuple(tmp_path: Path, shapes: list[tuple
     d.check()
     entries = [e for h in d._headers.values() for e in h.entries.values()]
     assert len(entries) == N and len({id(e[1]) for e in entries}) <= len(set(shapes)) * len(d._headers)
+
+
+def test_call_lines_read_when_the_index_is_only_hashed(tmp_path: Path) -> None:
+    """read_index hashes the index as it reads it (never held whole) and reads it again only for its call
+    lines; bytes changed between the two reads send it to the JSON lines."""
+    w = DumpWriter(tmp_path / "d", {"framework": "numpy"})
+    w.begin(0, 0)
+    for i, t in enumerate(_tensors()):
+        if i % 700 == 0:
+            w.add_call({"node": f"n{i}", "op": "aten.add.Tensor", "args": [i]})
+        w.add(make_record(t), None)
+    w.close()
+    index = _index(tmp_path / "d")
+    fast = V._read_columns(index)
+    assert fast is not None and fast == V._read_lines(index, index.read_bytes())
+    assert [c["node"] for c in fast[2]] == ["n0", "n700", "n1400"]
+    cols = V.load_columns_of((index.parent / COLS_FILE).read_bytes(), *V._digest(index)[:2])  # type: ignore[index]
+    assert cols is not None
+    size, digest, last = V._digest(index)  # type: ignore[misc]
+    with pytest.raises(ValueError, match="changed while it was read"):
+        V._other_lines(index, None, cols, (size, "0" * 16, last))
+
+
+@pytest.mark.parametrize("text", ["layers.\u00e9\u4e2d", "m\u0085x", "a\x7fb", "a\x1fb", "tab\there"])
+def test_control_characters_in_the_table_send_to_the_json_lines(tmp_path: Path, text: str) -> None:
+    """The table's control-character test (one translate over its bytes) refuses exactly what the JSON path
+    refuses: \\x01-\\x1f and \\x7f; other text, multi-byte UTF-8 and C1 code points included, is read."""
+    tensors = _tensors()
+    tensors[3] = Tensor(text, "aten.add.Tensor", "output", "0", np.ones(3, dtype=np.float32))
+    write_dump(tmp_path / "d", tensors, mode="stats")
+    index = _index(tmp_path / "d")
+    _forge(index, "")  # a copy holding the text, whatever the writer decided
+    assert (index.parent / COLS_FILE).exists()
+    fast = V._read_columns(index)
+    bad = any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text)
+    if bad:
+        assert fast is None
+        with pytest.raises(DumpError, match="control characters"):
+            opdiff.load(tmp_path / "d")
+    else:
+        assert fast is not None and fast[0] == V._read_lines(index, index.read_bytes())[0]
+        assert fast[0][3].module == text
