@@ -137,11 +137,16 @@ def _cell_text(v: Any) -> str:
 
 
 def _text_column(values: list[Any]) -> Column:
-    """A column of texts (names, dtypes, verdicts): no number formatting."""
-    try:
-        unique = set(values)
-    except TypeError:  # an unhashable value: not a text
-        unique = None
+    """A column of texts (names, dtypes, verdicts): no number formatting. A column of one text (two thirds of
+    a typical block's: a dtype, a verdict, an empty note) is found by one C-level count, not a set."""
+    unique: set[Any] | None
+    if values and type(values[0]) is str and values.count(values[0]) == len(values):
+        unique = {values[0]}
+    else:
+        try:
+            unique = set(values)
+        except TypeError:  # an unhashable value: not a text
+            unique = None
     if unique is not None and set(map(type, unique)) <= {str}:
         return Column(values, values, list(range(len(values))), unique)
     return Column(values, [_cell_text(v) for v in values], list(range(len(values))))
