@@ -287,3 +287,22 @@ def test_control_characters_in_the_table_send_to_the_json_lines(tmp_path: Path, 
     else:
         assert fast is not None and fast[0] == V._read_lines(index, index.read_bytes())[0]
         assert fast[0][3].module == text
+
+
+def test_a_dump_refuses_a_name_that_repeats_and_finds_records_by_name(tmp_path: Path) -> None:
+    """Dump's name table (built at C speed): every record found by its name; the first name that repeats named."""
+    from opdiff.store.readers.opdiff_format import OpdiffDump
+
+    write_dump(tmp_path / "d", _tensors(40), mode="stats")
+    d = opdiff.load(tmp_path / "d")
+    assert all(d[r.name] is r for r in d.records)
+    recs = list(d.records)
+    twice = [recs[0], recs[1], replace_name(recs[2], recs[1].name), replace_name(recs[3], recs[0].name)]
+    with pytest.raises(DumpError, match=f"two records are named {recs[1].name!r}"):
+        OpdiffDump(root=d.root, meta=d.meta, rank=0, step=0, records=twice, parts=d.parts)
+
+
+def replace_name(r: Record, name: str) -> Record:
+    from dataclasses import replace
+
+    return replace(r, name=name)
