@@ -14,7 +14,16 @@ from rich.table import Table
 from ..base import numfmt
 from ..base.pair import Metrics, PairResult
 from ..base.termsafe import safe
-from ..base.vocab import FAIL, NA, PASS, STATUS_DTYPE_MISMATCH, STATUS_ERROR, STATUS_SHAPE_MISMATCH, WARNING
+from ..base.vocab import (
+    FAIL,
+    NA,
+    PASS,
+    STATUS_DTYPE_MISMATCH,
+    STATUS_ERROR,
+    STATUS_SHAPE_MISMATCH,
+    STATUS_UNMATCHED,
+    WARNING,
+)
 from ..compare.run import Comparison
 from ..compare.unmatched import describe, name_list
 from ..metrics import names as M
@@ -122,7 +131,7 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
     if worst:
         con.print(worst_table(worst))
     for side in ("golden", "target"):
-        un = cmp.unmatched(side)
+        un = cmp.unmatched(side) if statuses.get(STATUS_UNMATCHED) else []  # none: no scan of every pair
         if un:
             con.print(f"[yellow]unmatched {side} records: {len(un)}[/]  {name_list([safe(r.name) for r in un])}")
     failing = [] if allow_unmatched else cmp.failing_unmatched()
