@@ -155,19 +155,20 @@ def _read_columns(index_path: Path, raw: bytes | None = None
 
 
 def _digest(path: Path) -> tuple[int, str, bytes] | None:
-    """(size, xxh3 digest, last byte) of a regular file read through one reused buffer, or None when it
-    cannot be read (read_regular then names the problem): a copy of the index would cost fresh pages."""
+    """(size, xxh3 digest, last byte) of a regular file read through one reused buffer, bounded by its size
+    when opened (as read_regular), or None when it cannot be read (read_regular then names the problem): a
+    copy of the index would cost fresh pages."""
     try:
-        fd, _ = open_regular(path, what="index")
+        fd, left = open_regular(path, what="index")
     except DumpError:
         return None
     h, size, last = xxh3_64(), 0, b""
     buf = bytearray(_CHUNK)
     view = memoryview(buf)
     try:
-        while k := os.readv(fd, [buf]):
+        while left > 0 and (k := os.readv(fd, [view[:min(left, _CHUNK)]])):
             h.update(view[:k])
-            size, last = size + k, view[k - 1:k].tobytes()
+            size, left, last = size + k, left - k, view[k - 1:k].tobytes()
     except OSError:
         return None
     finally:
