@@ -32,6 +32,7 @@ from opdiff.compare.sameness import check_comparable
 from opdiff.match.align import align
 from opdiff.metrics.tensor import Workspace
 from opdiff.metrics.thresholds import preset
+from opdiff.metrics.verdict import Judge
 from opdiff.store import load
 from opdiff.store import validate as V
 
@@ -87,6 +88,9 @@ def main() -> None:
             ("plan (check, align, floors, sizes)", lambda: R.plan_pairs(g, t, None, "auto"), n),
             ("small pairs' metrics (read, kernel, finalize)",
              lambda: R.small_pair_metrics(g, t, plan.pairs, pos, "auto", ws), n),
+            *([("small pairs' results (metrics, PASS by columns)",
+                lambda: R.small_pair_results(g, t, plan, pos, "auto", ws, Judge(th)), n)]
+              if hasattr(R, "small_pair_results") else []),  # a source tree from before the verdicts by columns
             ("per-pair checks and verdicts",
              lambda: [R.compare_pair(g, t, plan.pairs[i], "auto", th, ws, plan.floors[i], done.get(i)) for i in pos],
              n),

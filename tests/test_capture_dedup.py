@@ -58,7 +58,7 @@ def test_unchanged_parameters_are_written_once_per_dump(tmp_path):
     refs = [x for x in lines if x.get("role") == "parameter"]
     assert refs and all(x["data"]["part"] == "rank0/step0" for x in refs)
     assert _data_bytes(tmp_path / "d/rank0/step1") < _data_bytes(tmp_path / "d/rank0/step0") / 4
-    assert json.loads((tmp_path / "d/meta.json").read_text())["format_version"] == FORMAT_VERSION == 2
+    assert json.loads((tmp_path / "d/meta.json").read_text())["format_version"] == FORMAT_VERSION == 3
 
 
 def test_changed_parameters_are_written_again(tmp_path):
@@ -190,9 +190,9 @@ def test_version_1_reads_and_unknown_versions_are_refused(tmp_path):
     arr = _one_record_dump(tmp_path / "v1", version=1)
     d = opdiff.load(tmp_path / "v1")
     assert d.meta["format_version"] == 1 and same_bits(d.tensor(d.records[0]), arr)
-    _one_record_dump(tmp_path / "v3", version=3)
-    with pytest.raises(DumpError, match="format version 3 is not supported"):
-        opdiff.load(tmp_path / "v3")
+    _one_record_dump(tmp_path / "v4", version=4)
+    with pytest.raises(DumpError, match="format version 4 is not supported"):
+        opdiff.load(tmp_path / "v4")
 
 
 @pytest.mark.parametrize("part, problem", [("../x", "not a part of the run"), ("rank0/step7", "missing"),

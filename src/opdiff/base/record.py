@@ -86,8 +86,9 @@ class Record:
     hash: str | None = None
     source: str | None = None  # "file.py:123" of the user code that made the call
     # {"file": "shards/000000.safetensors", "key": name}; "part": "rank0/step0" when the data lies in another
-    # part of the run (format version 2: stored once per dump, docs/format.md)
-    data: dict[str, str] | None = None
+    # part of the run (format version 2: stored once per dump, docs/format.md); "axes": [1, 0] when the record
+    # reads those bytes under another shape or order (format version 3)
+    data: dict[str, Any] | None = None
     src: str | None = None  # name of the record that produced this tensor, when known
     extra: dict[str, Any] = field(default_factory=dict)  # anything else a capture wants to keep
 
@@ -221,17 +222,26 @@ def _shape(v: Any) -> tuple[int, ...]:
     return shape
 
 
-def _data(v: Any) -> dict[str, str] | None:
+def _data(v: Any) -> dict[str, Any] | None:
     if v is None:
         return None
     if not isinstance(v, dict):
         raise ValueError(f"field 'data' must be an object with 'file' and 'key', not {_kind(v)}")
     # one string per shard, not per record; the key may be empty: a foreign reader's file holds one tensor
-    out = {"file": intern(_text(_need_in(v, "file"), "data.file")),
-           "key": _text(_need_in(v, "key"), "data.key", empty=True)}
+    out: dict[str, Any] = {"file": intern(_text(_need_in(v, "file"), "data.file")),
+                           "key": _text(_need_in(v, "key"), "data.key", empty=True)}
     if v.get("part") is not None:
         out["part"] = intern(_text(v["part"], "data.part"))
+    if v.get("axes") is not None:  # format version 3: the stored bytes under another shape or order
+        axes = v["axes"]
+        if not isinstance(axes, list) or len(axes) > MAX_DIMS or not all(_is_count(a) for a in axes):
+            raise ValueError(f"field 'data.axes' must be a list of dimensions, not {_kind(axes)}")
+        out["axes"] = list(axes)
     return out
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def _need_in(d: dict[str, Any], key: str) -> Any:
@@ -282,7 +292,7 @@ def _record_fast(d: Any) -> Record | None:
     texts += [v for v in (hsh, source, src) if v is not None]
     if data is not None:
         if type(data) is not dict or type(data.get("file")) is not str or type(data.get("key")) is not str \
-                or data.get("part") is not None:  # a reference to another part: _checked reads it
+                or len(data) != 2:  # another part, a declared layout (`data.axes`): _checked reads it
             return None
         texts += (data["file"], data["key"])
     for v in texts:

@@ -394,6 +394,15 @@ def _from_key(key, dtype: str, bits_dtype) -> float:
 
 def _measure(flat: np.ndarray, dtype: str) -> Stats:
     n = int(flat.size)
+    x, bits, table = _views(flat, dtype)
+    if n < SMALL:
+        return _small_stats(n, _summary(x, bits, table))
+    o, kmn, kmx = _run(x, bits, table)
+    return _totals(n, o, kmn, kmx, dtype, None if bits is None else bits.dtype)
+
+
+def _views(flat: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(values as the kernel reads them, float bits or None, decoding table or None) of a flat array."""
     x, bits, table = flat, None, None
     if dtype in _FLOAT_BITS:
         bits_type, code_type = _FLOAT_BITS[dtype]
@@ -402,14 +411,15 @@ def _measure(flat: np.ndarray, dtype: str) -> Stats:
             x, table = flat.view(code_type), _table(dtype)
     elif dtype == "bool":
         x = flat.view(np.uint8)
-    if n < SMALL:
-        return _small_stats(n, _summary(x, bits, table))
-    o, kmn, kmx = _run(x, bits, table)
+    return x, bits, table
+
+
+def _totals(n: int, o: np.ndarray, kmn, kmx, dtype: str, bits_dtype) -> Stats:
+    """The Stats of n elements from their chunk totals (_combine) and extreme keys."""
     s1, s2, fin, nan, pinf, ninf, zeros = o.tolist()
     stats = Stats(numel=n, nan=int(nan), posinf=int(pinf), neginf=int(ninf), zeros=int(zeros))
     fin = int(fin)
     if fin:
-        bits_dtype = None if bits is None else bits.dtype
         mean = s1 / fin
         stats.min, stats.max = _from_key(kmn, dtype, bits_dtype), _from_key(kmx, dtype, bits_dtype)
         stats.mean, stats.std, stats.norm = mean, math.sqrt(max(s2 / fin - mean * mean, 0.0)), math.sqrt(s2)
@@ -497,6 +507,67 @@ def transpose_into(src: np.ndarray, out: np.ndarray) -> None:
     _transpose_tiles(src.view(ty), out.view(ty))
 
 
+@nb.njit(cache=True, nogil=True)
+def _transpose_band(src, r0, r1, out):
+    """out[(k - r0) * rows + i] = src[i, k] for k in r0..r1: rows r0..r1 of src's transpose, row-major, into flat
+    `out`, tile by tile (TILE source rows at a time, so each source cache line is used while it is at hand)."""
+    rows = src.shape[0]
+    for i0 in range(0, rows, TILE):
+        i1 = min(rows, i0 + TILE)
+        for k in range(r0, r1):
+            base = (k - r0) * rows
+            for i in range(i0, i1):
+                out[base + i] = src[i, k]
+
+
+BAND_BYTES = 4 << 20  # rows of the transpose made at a time: a few MB that stay in cache while hashed and measured
+
+
+def transposed_hash_stats(src: np.ndarray, dtype: str) -> tuple[str, Stats] | None:
+    """The content hash and statistics of `src.T` (src a contiguous 2-D array of format dtype `dtype`), in the
+    transpose's row-major order: the very bits content_hash and array_stats give for a row-major copy, without
+    making one. None when a row of the transpose exceeds BAND_BYTES (the caller copies instead).
+
+    A few rows of the transpose at a time go into one small buffer; every complete chunk of it is hashed and
+    measured (the chunks, their sums and their order are those of array_stats on the copy), the rest carried to
+    the next band. A transposed weight read by mm/addmm at aten level is measured this way while its bytes are
+    stored once, as the parameter (154 MB and its page faults not made for GPT-2's output embedding)."""
+    from ..store.stats import content_hasher
+
+    rows, cols = src.shape
+    item = src.dtype.itemsize
+    if rows * item > BAND_BYTES or src.size < SMALL:
+        return None
+    line = max(1, 128 // item)  # two whole cache lines of each source row per band (GPT-2's [50257, 768]: 52 ms
+    # against 62 ms for one line, 113 ms for a quarter; the source's columns, read line by line, are what it costs)
+    band = max(line, BAND_BYTES // (rows * item) // line * line)
+    buf = np.empty(CHUNK + band * rows, dtype=src.dtype)
+    ty = _SAME_WIDTH[item]
+    src_u, buf_u = src.view(ty), buf.view(ty)
+    x, bits, table = _views(buf, dtype)
+    n = src.size
+    parts = np.zeros(((n + CHUNK - 1) // CHUNK, _OUT))
+    keys = np.zeros((len(parts), 2), dtype=x.dtype if bits is None else bits.dtype)
+    hasher = content_hasher(dtype, (cols, rows))
+    fill = done = r = 0
+    while r < cols:
+        k = min(band, cols - r)
+        _transpose_band(src_u, r, r + k, buf_u[fill:fill + k * rows])
+        fill, r = fill + k * rows, r + k
+        ready = fill if r == cols else fill - fill % CHUNK
+        if not ready:
+            continue
+        hasher.update(buf_u[:ready].view(np.uint8).data)
+        c = (ready + CHUNK - 1) // CHUNK
+        _chunks(x[:ready], None if bits is None else bits[:ready], table, 0, c, parts[done:done + c],
+                keys[done:done + c])
+        done += c
+        buf_u[:fill - ready] = buf_u[ready:fill]  # the tail of an unfinished chunk (it cannot overlap: ready >= CHUNK)
+        fill -= ready
+    o, kmn, kmx = _combine(parts, keys)
+    return "xxh3:" + hasher.hexdigest(), _totals(n, o, kmn, kmx, dtype, None if bits is None else bits.dtype)
+
+
 def warm_up(dtypes=("float32", "float16", "bfloat16", "float64", "int64", "int32", "bool")) -> None:
     """Compile (or load from numba's cache) the kernels for these dtypes now rather than on first use."""
     for name in dtypes:
@@ -507,3 +578,4 @@ def warm_up(dtypes=("float32", "float16", "bfloat16", "float64", "int64", "int32
             stats_at(arr.ctypes.data, n, name)
     for width in _SAME_WIDTH.values():
         transpose_into(np.zeros((2, 3), width), np.empty((3, 2), width))
+        _transpose_band(np.zeros((2, 3), width), 0, 3, np.empty(6, width))

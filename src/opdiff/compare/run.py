@@ -11,9 +11,11 @@ import math
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +43,7 @@ from ..base.vocab import (
 from ..match.align import Pair, align
 from ..match.mapping import Mapping, load_mapping
 from ..metrics import names as M
-from ..metrics.batch import SMALL_PAIR, PairItem, batch_metrics
+from ..metrics.batch import SMALL_PAIR, PairItem, batch_metrics, batch_table
 from ..metrics.counts_mode import counts_compare, needs_counts
 from ..metrics.hash_mode import hash_equal, hash_metrics
 from ..metrics.masks import mask_pair, mask_view
@@ -61,7 +63,8 @@ MODES = ("auto", "tensor", "stats", "hash")
 CUT_OFF_NOTE = "beyond the end of the cut-off"
 _SEVERITY = {FAIL: 3, WARNING: 2, NA: 1, PASS: 0}
 _BATCH_BYTES = 32 << 20
-_BATCH_PAIRS = 256
+_RESULT, _STATUS = attrgetter("result"), attrgetter("status")
+_BATCH_PAIRS = 1024  # small pairs: a batch's fixed numpy cost spread over more pairs (bytes bound it first)
 
 
 @dataclass
@@ -84,16 +87,13 @@ class Comparison:
     def counts(self) -> dict[str, int]:
         """Number of pairs per result: PASS, WARNING, FAIL, N/A."""
         out = {PASS: 0, WARNING: 0, FAIL: 0, NA: 0}
-        for r in self.results:
-            out[r.result] = out.get(r.result, 0) + 1
+        for k, n in Counter(map(_RESULT, self.results)).items():  # counted in C, keys in order of first meeting
+            out[k] = out.get(k, 0) + n
         return out
 
     def status_counts(self) -> dict[str, int]:
         """Number of pairs per status: compared, unmatched, shape-mismatch, dtype-mismatch, error."""
-        out: dict[str, int] = {}
-        for r in self.results:
-            out[r.status] = out.get(r.status, 0) + 1
-        return out
+        return dict(Counter(map(_STATUS, self.results)))  # keys in order of first meeting
 
     def first_fail(self) -> PairResult | None:
         """The first FAIL in execution order (where the target first goes wrong, by the rules)."""
@@ -339,7 +339,7 @@ def _nbytes(r: Record) -> int:
 
 def _batches(items: list[tuple[int, int]]) -> list[list[int]]:
     """Group (position, bytes) work items, biggest first, into batches of similar cost."""
-    items = sorted(items, key=lambda x: -x[1])
+    items = sorted(items, key=itemgetter(1), reverse=True)  # stable: equal sizes keep their order
     out: list[list[int]] = []
     cur: list[int] = []
     size = 0
@@ -397,27 +397,33 @@ def plan_pairs(golden: Dump, target: Dump, mapping: Mapping | None, mode: str) -
     g_floor, t_floor = precision_floors(golden.records), precision_floors(target.records)
     floors: list[str | None] = []
     work: list[tuple[int, int]] = []
+    tensor = mode == "auto" or mode == "tensor"  # with data on both sides: _pair_mode's "tensor"
+    itemsize: dict[str, int] = {}
     for i, p in enumerate(pairs):
         g, t = p.golden, p.target
         if g is None or t is None:
             floors.append(None)
             continue
         floors.append(lower_precision(g_floor[g.name], t_floor[t.name]))
-        if _pair_mode(mode, g, t)[0] == "tensor" and (g.shape == t.shape or tuple(g.shape) == tuple(t.shape)):
-            work.append((i, _nbytes(g) + _nbytes(t)))
+        if tensor and g.data is not None and t.data is not None and (
+                g.shape == t.shape or tuple(g.shape) == tuple(t.shape)):
+            gs = itemsize.get(g.dtype) or itemsize.setdefault(g.dtype, numpy_dtype(g.dtype).itemsize)
+            ts = itemsize.get(t.dtype) or itemsize.setdefault(t.dtype, numpy_dtype(t.dtype).itemsize)
+            work.append((i, math.prod(g.shape) * gs + math.prod(t.shape) * ts))  # _nbytes of each
     return PairPlan(pairs, floors, work)
 
 
 def compare_subset(golden: Dump, target: Dump, plan: PairPlan, positions: list[int], mode: str,
                    thresholds: Thresholds, ws: Workspace | None = None) -> list[tuple[int, PairResult]]:
     """(position, result) of the plan's pairs at `positions`, by compare_pair (the small tensor pairs'
-    metrics computed together first: small_pair_metrics)."""
-    done = small_pair_metrics(golden, target, plan.pairs, positions, mode, ws) if ws is not None else {}
+    metrics computed together first, and their verdicts by columns where every PASS condition holds:
+    small_pair_results)."""
     judge = Judge(thresholds)
     pairs, floors = plan.pairs, plan.floors
+    done = small_pair_results(golden, target, plan, positions, mode, ws, judge) if ws is not None else {}
     # a pair the batch computed passed compare_pair's checks there (_batchable): only its judgement is left
     return [(i, compare_pair(golden, target, pairs[i], mode, thresholds, ws, floors[i], None, judge) if m is None
-             else _judged(golden, target, pairs[i], "tensor", m, floors[i], judge))
+             else m if isinstance(m, PairResult) else _judged(golden, target, pairs[i], "tensor", m, floors[i], judge))
             for i, m in zip(positions, map(done.get, positions))]
 
 
@@ -428,26 +434,93 @@ def _batchable(g: Record | None, t: Record | None, mode: str) -> bool:
             and (g.shape == t.shape or tuple(g.shape) == tuple(t.shape)) and _pair_mode(mode, g, t)[0] == "tensor")
 
 
+def _small_items(golden: Dump, target: Dump, pairs: list[Pair], positions: list[int], mode: str
+                 ) -> tuple[list[PairItem], list[int]]:
+    """The batchable pairs among `positions` as batch items, and their positions; a pair whose source
+    cannot be located is left to compare_pair, which names the problem. The common pair (both sides with
+    data, no `extra`, one shape tuple) is tested inline, by _batchable's conditions."""
+    items: list[PairItem] = []
+    where: list[int] = []
+    tensor = mode == "auto" or mode == "tensor"  # with data on both sides: _pair_mode's "tensor"
+    for i in positions:
+        p = pairs[i]
+        g, t = p.golden, p.target
+        if g is None or t is None:
+            continue
+        try:
+            if (tensor and not g.extra and not t.extra and g.data is not None and t.data is not None
+                    and type(g.shape) is tuple and g.shape == t.shape):
+                if not 0 < math.prod(g.shape) <= SMALL_PAIR:
+                    continue
+                gl, tl = golden.locate(g), target.locate(t)
+                if gl is None or tl is None:  # a format that answers by span() only
+                    items.append(PairItem(_source(golden, g), _source(target, t), _range(g), _range(t)))
+                else:  # _source of a located record
+                    items.append(PairItem(TensorSource(g.dtype, g.shape, None, gl[0], gl[1], g.hash, g.name),
+                                          TensorSource(t.dtype, t.shape, None, tl[0], tl[1], t.hash, t.name),
+                                          _range(g), _range(t)))
+            elif _batchable(g, t, mode):
+                items.append(PairItem(_source(golden, g), _source(target, t), _range(g), _range(t)))
+            else:
+                continue
+        except (TensorDataError, DumpError):
+            continue
+        where.append(i)
+    return items, where
+
+
 def small_pair_metrics(golden: Dump, target: Dump, pairs: list[Pair], positions: list[int], mode: str,
                        ws: Workspace) -> dict[int, Metrics]:
     """Position -> tensor metrics of the small pairs among `positions`, computed in one batch
     (metrics/batch.py). A pair left out (unreadable, not matching its record or hash) is compared on its
     own by compare_pair, which names the problem."""
-    items: list[PairItem] = []
-    where: list[int] = []
-    for i in positions:
-        g, t = pairs[i].golden, pairs[i].target
-        if not _batchable(g, t, mode):
-            continue
-        assert g is not None and t is not None  # _batchable
-        try:
-            items.append(PairItem(_source(golden, g), _source(target, t), _range(g), _range(t)))
-        except (TensorDataError, DumpError):
-            continue
-        where.append(i)
+    items, where = _small_items(golden, target, pairs, positions, mode)
     if len(items) < 2:
         return {}
     return {i: m for i, m in zip(where, batch_metrics(items, ws)) if m is not None}
+
+
+def small_pair_results(golden: Dump, target: Dump, plan: PairPlan, positions: list[int], mode: str, ws: Workspace,
+                       judge: Judge) -> dict[int, PairResult | Metrics]:
+    """small_pair_metrics, with the pairs every PASS condition holds for already judged: their verdicts decided
+    by columns over the batch (Judge.passing), their results made at once (what _judged makes of them); the
+    others' metrics are left to _judged, which words the reason."""
+    pairs, floors = plan.pairs, plan.floors
+    items, where = _small_items(golden, target, pairs, positions, mode)
+    if len(items) < 2:
+        return {}
+    table = batch_table(items, ws)
+    out: dict[int, PairResult | Metrics] = {i: m for i, m in zip(where, table.metrics) if m is not None}
+    rows = np.flatnonzero(table.plain).tolist()
+    if not rows:
+        return out
+    by_rule: dict[tuple[str, str, str | None], list[int]] = {}
+    for k in rows:
+        it = items[k]
+        by_rule.setdefault((it.golden.dtype, it.target.dtype, floors[where[k]]), []).append(k)
+    for (gd, td, floor), ks in by_rule.items():
+        at = np.array(ks, dtype=np.int64)
+        cls = judge.rules(gd, td, floor, "tensor")[0]
+        for k in at[judge.passing(table.columns, at, gd, td, floor, "tensor")].tolist():
+            i = where[k]
+            out[i] = _passed(pairs[i], out[i], cls)  # type: ignore[arg-type]  # a plain row: its metrics
+    return out
+
+
+def _passed(pair: Pair, metrics: Metrics, precision: str) -> PairResult:
+    """The result _judged makes of a tensor pair judged PASS with no reason and no message (a plain row)."""
+    g, t = pair.golden, pair.target
+    assert g is not None and t is not None  # batched: both sides
+    metrics.pop(ERR_MESSAGE, None)  # "" in a plain row
+    gh, th = g.hash, t.hash
+    if gh and th and gh[:5] == "xxh3:" == th[:5]:  # hash_equal's answer for the hashes opdiff writes
+        bitwise: bool | None = gh == th
+    else:
+        bitwise = hash_equal(g, t)
+        if bitwise is None:
+            bitwise = g.dtype == t.dtype and metrics.get(M.DIFF_COUNT) == 0
+    return PairResult(0, g, t, pair.match, STATUS_COMPARED, "tensor", metrics, PASS, bitwise, "", pair.note,
+                      list(pair.golden_group), precision)
 
 
 def finish(results: list[PairResult | None], golden: Dump, target: Dump) -> list[PairResult]:

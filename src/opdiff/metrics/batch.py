@@ -22,7 +22,18 @@ from ..base.pair import Metrics
 from ..store.format import numpy_dtype
 from ..store.stats import content_hasher
 from . import kernel as K
-from .tensor import F16, F32, TensorDataError, TensorSource, Workspace, _kl_norm, finalize_rows, kernel_dtype, na_metrics
+from .tensor import (
+    F16,
+    F32,
+    Columns,
+    TensorDataError,
+    TensorSource,
+    Workspace,
+    _kl_norm,
+    finalize_table,
+    kernel_dtype,
+    na_metrics,
+)
 
 SMALL_PAIR = 1 << 14  # elements per side: a pair at most this big is compared in a batch
 GAP = 4096  # bytes between two tensors of a file that one read still spans
@@ -41,9 +52,27 @@ class PairItem:
     target_range: Range | None = None
 
 
+@dataclass(slots=True)
+class MetricTable:
+    """A batch's results: each item's metrics dict (None: compare it on its own), which items took the common
+    way (every element finite on both sides, neither side all zero) and their numeric metrics as float64
+    columns over every item (nan elsewhere and where N/A), for a verdict by columns (Judge.passing)."""
+
+    metrics: list[Metrics | None]
+    plain: np.ndarray  # bool per item
+    columns: Columns
+
+
 def batch_metrics(items: list[PairItem], ws: Workspace) -> list[Metrics | None]:
     """Every item's metrics (as pair_metrics gives them), or None for an item to compare on its own."""
-    out: list[Metrics | None] = [None] * len(items)
+    return batch_table(items, ws).metrics
+
+
+def batch_table(items: list[PairItem], ws: Workspace) -> MetricTable:
+    """batch_metrics' metrics with the common items' numbers as columns too (MetricTable)."""
+    n = len(items)
+    table = MetricTable([None] * n, np.zeros(n, dtype=bool), {})
+    out = table.metrics
     gold = read_sources([it.golden for it in items], ws)
     targ = read_sources([it.target for it in items], ws)
     groups: dict[tuple[np.dtype, np.dtype], list[int]] = defaultdict(list)
@@ -57,12 +86,12 @@ def batch_metrics(items: list[PairItem], ws: Workspace) -> list[Metrics | None]:
         elif g is not None and t is not None:
             groups[(g.dtype, t.dtype)].append(k)
     for ks in groups.values():
-        _fold_group(items, ks, gold, targ, out, numels)
-    return out
+        _fold_group(items, ks, gold, targ, table, numels)
+    return table
 
 
 def _fold_group(items: list[PairItem], ks: list[int], gold: list[np.ndarray | None], targ: list[np.ndarray | None],
-                out: list[Metrics | None], numels: list[int]) -> None:
+                table: MetricTable, numels: list[int]) -> None:
     """The pairs `ks` (one dtype per side) laid end to end, folded by one kernel call, finalized."""
     first = items[ks[0]]
     kd = kernel_dtype(first.golden.dtype, first.target.dtype)
@@ -81,8 +110,19 @@ def _fold_group(items: list[PairItem], ks: list[int], gold: list[np.ndarray | No
     K.fold_segments(g_all, t_all, offsets, params, acc, cnt, np.zeros(K.N_ACC, dtype=np.float64))
     shifts = [(g[2], t[2]) for g, t in zip(g_rngs, t_rngs)]
     numel = np.diff(offsets).tolist()
-    for k, m in zip(ks, finalize_rows(acc, cnt, numel, absmax, shifts)):
+    metrics, rows, cols = finalize_table(acc, cnt, numel, absmax, shifts)
+    out = table.metrics
+    for k, m in zip(ks, metrics):
         out[k] = m
+    at = np.array(ks, dtype=np.int64)[rows]
+    table.plain[at] = True
+    n = len(out)
+    for key, col in cols.items():
+        full = table.columns.get(key)
+        if full is None:
+            full = table.columns[key] = np.full(n, np.nan)
+        full[at] = col
+
 
 def _params(g_rngs: list[Range], t_rngs: list[Range]) -> tuple[np.ndarray, list[float | None]]:
     """The kernel's parameter rows (each side's KL normalization, then both shifts) and golden's absolute
@@ -127,23 +167,23 @@ def read_sources(sources: list[TensorSource], ws: Workspace) -> list[np.ndarray 
     out: list[np.ndarray | None] = [None] * len(sources)
     by_file: dict[int, list[int]] = {}  # by the path object (its __hash__ is Python code): sources of a shard share it
     sizes = [0] * len(sources)  # bytes of each file source, computed once: read twice below
+    dtypes: dict[str, np.dtype] = {}  # numpy dtype of each dtype name met
     for k, src in enumerate(sources):
         if src.array is not None:
             out[k] = src.array.reshape(-1)
         elif src.path is not None:
-            sizes[k] = _nbytes(src)
+            dt = dtypes.get(src.dtype)
+            if dt is None:
+                dt = dtypes[src.dtype] = numpy_dtype(src.dtype)
+            sizes[k] = math.prod(src.shape) * dt.itemsize
             by_file.setdefault(id(src.path), []).append(k)
     offsets = [src.offset for src in sources]
     hashes = _Hashes()
     for ks in by_file.values():
         ks.sort(key=offsets.__getitem__)
-        for run in _runs(offsets, ks, sizes):
-            _read_run(sources, run, sizes, ws, out, hashes)
+        for run, lo, hi in _runs(offsets, ks, sizes):
+            _read_run(sources, run, lo, hi, sizes, ws, out, hashes, dtypes)
     return out
-
-
-def _nbytes(src: TensorSource) -> int:
-    return math.prod(src.shape) * numpy_dtype(src.dtype).itemsize
 
 
 class _Hashes:
@@ -164,42 +204,44 @@ class _Hashes:
         return "xxh3:" + h.hexdigest() == src.hash
 
 
-def _runs(offsets: list[int], ks: list[int], sizes: list[int]) -> list[list[int]]:
-    """Sources of one file (sorted by offset) cut into runs that one read covers."""
-    runs: list[list[int]] = []
+def _runs(offsets: list[int], ks: list[int], sizes: list[int]) -> list[tuple[list[int], int, int]]:
+    """Sources of one file (sorted by offset) cut into runs that one read covers: (sources, start, end)."""
+    runs: list[tuple[list[int], int, int]] = []
+    run: list[int] = []
     start = end = 0
     for k in ks:
         lo = offsets[k]
         hi = lo + sizes[k]
-        if runs and lo - end <= GAP and (end if end > hi else hi) - start <= READ_MAX:
-            runs[-1].append(k)
+        if run and lo - end <= GAP and (end if end > hi else hi) - start <= READ_MAX:
+            run.append(k)
             if hi > end:
                 end = hi
         else:
-            runs.append([k])
+            if run:
+                runs.append((run, start, end))
+            run = [k]
             start, end = lo, hi
+    if run:
+        runs.append((run, start, end))
     return runs
 
 
-def _read_run(sources: list[TensorSource], run: list[int], sizes: list[int], ws: Workspace,
-              out: list[np.ndarray | None], hashes: _Hashes | None = None) -> None:
-    """One pread for a run of tensors; each tensor checked against its hash. A read cut short leaves the
-    tensors past its end None (their pairs, compared alone, say the file is truncated)."""
-    first = sources[run[0]]
-    path = first.path
+def _read_run(sources: list[TensorSource], run: list[int], start: int, end: int, sizes: list[int], ws: Workspace,
+              out: list[np.ndarray | None], hashes: _Hashes, dtypes: dict[str, np.dtype]) -> None:
+    """One pread of bytes start..end for a run of tensors; each tensor checked against its hash. A read cut
+    short leaves the run's tensors None (their pairs, compared alone, say the file is truncated)."""
+    path = sources[run[0]].path
     assert path is not None  # read_sources passes file sources only
-    start = first.offset
-    end = max(sources[k].offset + sizes[k] for k in run)
     buf = np.empty(end - start, dtype=np.uint8)
     try:
         ws.pread(path, start, memoryview(buf.data))
     except TensorDataError:
         return
-    hashes = hashes or _Hashes()
     for k in run:
         s = sources[k]
         lo = s.offset - start
         raw = buf[lo:lo + sizes[k]]
-        if s.hash and s.hash.startswith("xxh3:") and not hashes.matches(s, raw):
+        h = s.hash
+        if h and h.startswith("xxh3:") and not hashes.matches(s, raw):
             continue
-        out[k] = raw.view(numpy_dtype(s.dtype))
+        out[k] = raw.view(dtypes[s.dtype])

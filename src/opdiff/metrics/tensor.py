@@ -471,6 +471,17 @@ def finalize_rows(acc: np.ndarray, cnt: np.ndarray, numel: list[int], absmax: li
     """finalize of many pairs at once (a batch's rows of accumulators): the common pairs' metrics computed
     as whole columns by the same IEEE operations (sqrt, +, -, *, / round alike in numpy and in Python), the
     KL divergence by finalize's own per-pair code, the others by finalize; equal values, keys in order."""
+    return finalize_table(acc, cnt, numel, absmax, shifts)[0]
+
+
+Columns = dict[str, np.ndarray]  # metric field -> float64 column over a batch's rows (nan: N/A or not plain)
+
+
+def finalize_table(acc: np.ndarray, cnt: np.ndarray, numel: list[int], absmax: list[float | None],
+                   shifts: list[tuple[float, float]]) -> tuple[list[Metrics], np.ndarray, Columns]:
+    """finalize_rows' metrics, the rows that took the common ("plain") way, and those rows' numeric metrics
+    as float64 columns (nan where a metric is N/A): what a verdict by columns reads (metrics/verdict.py,
+    Judge.passing), the same numbers as the dicts hold."""
     n_all = np.asarray(numel, dtype=np.int64)
     finite, diff = cnt[:, K.C_FINITE], cnt[:, K.C_DIFF]
     g2, t2 = acc[:, K.A_SUM_G2], acc[:, K.A_SUM_T2]
@@ -481,19 +492,21 @@ def finalize_rows(acc: np.ndarray, cnt: np.ndarray, numel: list[int], absmax: li
         & (n_all > 0)
     out: list[Metrics | None] = [None] * len(numel)
     rows = np.flatnonzero(plain)
+    cols: Columns = {}
     if len(rows):
-        for i, m in zip(rows.tolist(), _plain_rows(acc[rows], cnt[rows], ng[rows], raw_cos[rows], diff[rows],
-                                                  n_all[rows], [absmax[i] for i in rows.tolist()],
-                                                  [shifts[i] for i in rows.tolist()])):
+        rl = rows.tolist()
+        dicts, cols = _plain_rows(acc[rows], cnt[rows], ng[rows], raw_cos[rows], diff[rows], n_all[rows],
+                                  [absmax[i] for i in rl], [shifts[i] for i in rl])
+        for i, m in zip(rl, dicts):
             out[i] = m
     for i in np.flatnonzero(~plain).tolist():
         out[i] = finalize(acc[i], cnt[i], numel[i], absmax[i], shifts[i])
-    return out  # type: ignore[return-value]
+    return out, rows, cols  # type: ignore[return-value]
 
 
 def _plain_rows(a: np.ndarray, c: np.ndarray, ng: np.ndarray, raw_cos: np.ndarray, diff: np.ndarray, n: np.ndarray,
-                absmax: list[float | None], shifts: list[tuple[float, float]]) -> list[Metrics]:
-    """_finalize_plain's metrics of rows that take it, column by column."""
+                absmax: list[float | None], shifts: list[tuple[float, float]]) -> tuple[list[Metrics], Columns]:
+    """_finalize_plain's metrics of rows that take it, column by column, and the numeric ones as columns."""
     nf = n.astype(np.float64)
     cosine = np.where(diff == 0, 1.0, np.minimum(1.0, np.maximum(-1.0, raw_cos)))
     euc = np.sqrt(a[:, K.A_SUM_D2])
@@ -508,17 +521,30 @@ def _plain_rows(a: np.ndarray, c: np.ndarray, ng: np.ndarray, raw_cos: np.ndarra
         kl.append(0.0 if abs(v) < K.EPS64 else v)
     max_ad = a[:, K.A_MAX_AD].tolist()
     nmae = [(m / x) if x else None for m, x in zip(max_ad, absmax)]
-    cols = (cosine.tolist(), max_ad, a[:, K.A_MAX_REL].tolist(), (a[:, K.A_SUM_AD] / nf).tolist(),
-            (a[:, K.A_SUM_REL] / nf).tolist(), np.sqrt(a[:, K.A_SUM_D2] / nf).tolist(), a[:, K.A_SUM_ACC].tolist(),
-            a[:, K.A_MAX_ACC].tolist(), (a[:, K.A_SUM_ACC] / nf).tolist(), (euc / ng).tolist(), euc.tolist(), kl,
-            g_std.tolist(), t_std.tolist(), (a[:, K.A_CNT_1K] / nf).tolist(), (a[:, K.A_CNT_5K] / nf).tolist(), nmae,
-            (g_sh + g_mc).tolist(), (t_sh + t_mc).tolist(), absmax)
+    arrays = (cosine, a[:, K.A_MAX_AD], a[:, K.A_MAX_REL], a[:, K.A_SUM_AD] / nf, a[:, K.A_SUM_REL] / nf,
+              np.sqrt(a[:, K.A_SUM_D2] / nf), a[:, K.A_SUM_ACC], a[:, K.A_MAX_ACC], a[:, K.A_SUM_ACC] / nf, euc / ng,
+              euc, np.array(kl, dtype=np.float64), g_std, t_std, a[:, K.A_CNT_1K] / nf, a[:, K.A_CNT_5K] / nf,
+              np.array([np.nan if v is None else v for v in nmae], dtype=np.float64), g_sh + g_mc, t_sh + t_mc,
+              np.array([np.nan if v is None else v for v in absmax], dtype=np.float64))
+    cols = [x.tolist() for x in arrays]
+    cols[1], cols[11], cols[16], cols[19] = max_ad, kl, nmae, absmax  # as computed (None kept)
     rows = len(n)
     k = n.tolist()
-    counts = c[:, [K.C_DIFF, K.C_G_NAN, K.C_G_PINF, K.C_G_NINF, K.C_T_NAN, K.C_T_PINF, K.C_T_NINF]].T.tolist()
+    count_cols = c[:, _COUNT_IDX]
+    counts = count_cols.T.tolist()
     every = (*cols, [""] * rows, k, k, *counts, [0] * rows, c[:, K.C_WORST_IDX].tolist(), a[:, K.A_WORST_G].tolist(),
              a[:, K.A_WORST_T].tolist())
-    return list(map(dict, map(zip, repeat(_PLAIN_KEYS), zip(*every))))  # type: ignore[arg-type]  # a dict per row, in C
+    table: Columns = dict(zip(_PLAIN_KEYS[:len(arrays)], arrays))
+    table[M.NUMEL] = table[M.COMPARED] = nf
+    for key, col in zip(_COUNT_KEYS, count_cols.T):
+        table[key] = col.astype(np.float64)
+    table[M.NONFINITE_MISMATCH] = np.zeros(rows)
+    return list(map(dict, map(zip, repeat(_PLAIN_KEYS), zip(*every)))), table  # type: ignore[arg-type]  # in C
+
+
+_COUNT_IDX = [K.C_DIFF, K.C_G_NAN, K.C_G_PINF, K.C_G_NINF, K.C_T_NAN, K.C_T_PINF, K.C_T_NINF]
+_COUNT_KEYS = (M.DIFF_COUNT, M.GOLDEN_NAN, M.GOLDEN_POSINF, M.GOLDEN_NEGINF, M.TARGET_NAN, M.TARGET_POSINF,
+               M.TARGET_NEGINF)
 
 
 def warm_up() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+
 from ..base.pair import Metrics
 from ..base.vocab import FAIL, NA, PASS, WARNING, PairVerdict
 from . import names as M
@@ -103,3 +105,27 @@ class Judge:
         if conds is not None and all_hold(conds, metrics):
             return PASS, ""
         return _by_band(metrics, mode, cls, u, self.thresholds)
+
+    def passing(self, columns: Mapping[str, np.ndarray], rows: np.ndarray, golden_dtype: str, target_dtype: str,
+                floor: str | None, mode: str) -> np.ndarray:
+        """Which of `rows` (positions in `columns`: float64 metric columns, nan where N/A, of pairs with every
+        element finite on both sides, as a batch's MetricTable holds them) this judge gives PASS with no reason,
+        decided by columns: each PASS condition as all_hold tests it (nan holds none, as N/A holds none). False
+        where a row is to be judged pair by pair: an all-zero golden, a condition on a metric not in the columns,
+        no band."""
+        no = np.zeros(len(rows), dtype=bool)
+        if mode != "tensor" or any(k not in columns for k in _EARLY):
+            return no
+        _cls, _u, conds = self.rules(golden_dtype, target_dtype, floor, mode)
+        if conds is None or any(key not in columns for key, _op, _bound in conds):
+            return no
+        # what _before_band decides: nan/inf on one side, nothing compared, an all-zero golden (nan: not plain)
+        ok: np.ndarray = (columns[M.NONFINITE_MISMATCH][rows] == 0.0) & (columns[M.COMPARED][rows] > 0.0) \
+            & (columns[M.GOLDEN_ABS_MAX][rows] != 0.0)
+        with np.errstate(invalid="ignore"):
+            for key, op, bound in conds:
+                ok &= op(columns[key][rows], bound)  # the comparison, element-wise
+        return ok
+
+
+_EARLY = (M.NONFINITE_MISMATCH, M.COMPARED, M.GOLDEN_ABS_MAX)  # the columns _before_band reads in tensor mode

@@ -25,6 +25,7 @@ import numpy as np
 import xxhash
 
 from ..base.record import MAX_DIMS, MAX_NUMEL, Record, Stats
+from .format import axes_problem
 
 COLS_FILE = "index.cols"
 MAGIC = b"OPDXCOL1"
@@ -33,13 +34,14 @@ MAX_HEADER = 1 << 20
 MIN_RECORDS = 2048  # a part with fewer records gets no copy: its JSON lines read in ~20 ms
 # text fields, in code-column order; None is code -1
 TEXTS = ("name", "node", "module", "op", "level", "direction", "role", "pos", "dtype", "hash", "source", "src",
-         "file", "key", "part", "extra")
+         "file", "key", "part", "extra", "axes")  # axes: data.axes as its JSON text (format version 3)
 _INTERNED = (2, 3, 4, 5, 6, 7, 8, 12)  # module, op, level, direction, role, pos, dtype, file
 _NEEDED = ("name", "node", "module", "op", "level", "direction", "role", "pos", "dtype")  # never None
 _NON_EMPTY = ("name", "node", "op", "level", "direction", "role", "dtype")
 _LINE_KEYS = frozenset({"index", "name", "node", "module", "op", "level", "call", "direction", "role", "pos", "dtype",
                         "shape", "stats", "hash", "source", "src", "data", "extra"})
 _W = 5  # integer columns per record
+_DATA_KEYS = frozenset({"file", "key", "part", "axes"})
 _COUNTS = ("numel", "nan", "posinf", "neginf", "zeros")
 _FLOATS = ("min", "max", "mean", "std", "norm")
 _STAT_KEYS = frozenset(_COUNTS + _FLOATS)
@@ -181,7 +183,10 @@ class ColumnBuilder:
 def _texts(d: dict[str, Any]) -> list[str | None] | None:
     """The line's text fields in TEXTS order (extra as its JSON text), or None when one is not as expected."""
     data, extra = d.get("data"), d.get("extra")
-    if data is not None and (type(data) is not dict or not {"file", "key"} <= data.keys() <= {"file", "key", "part"}):
+    if data is not None and (type(data) is not dict or not {"file", "key"} <= data.keys() <= _DATA_KEYS):
+        return None
+    axes = None if data is None else data.get("axes")
+    if axes is not None and (type(axes) is not list or not _INT.issuperset(map(type, axes))):
         return None
     if extra is not None and type(extra) is not dict:
         return None
@@ -194,6 +199,7 @@ def _texts(d: dict[str, Any]) -> list[str | None] | None:
         out.append(None if extra is None else json.dumps(extra, separators=(",", ":"), allow_nan=True))
     except (TypeError, ValueError):
         return None
+    out.append(None if axes is None else json.dumps(axes, separators=(",", ":")))
     return out
 
 
@@ -338,13 +344,26 @@ def records(c: Columns) -> list[Record]:
             table[i] = intern(c.table[i])
     table.append(None)  # code -1: the last entry, as numpy indexes it
     cols = np.array(table, dtype=object)[c.codes.T].tolist()  # one C-level take of every text column
-    name, node, module, op, level, direction, role, pos, dtype, hsh, source, src, file, key, part, extra = cols
+    name, node, module, op, level, direction, role, pos, dtype, hsh, source, src, file, key, part, extra, axes = cols
     data = [None if f is None else ({"file": f, "key": k} if p is None else {"file": f, "key": k, "part": p})
             for f, k, p in zip(file, key, part)]
+    shapes = _shapes(c)
+    if axes.count(None) != n:  # format version 3's data.axes: few records have them
+        for i, a in enumerate(axes):
+            if a is not None:
+                data[i] = _with_axes(data[i], a, len(shapes[i]))
     extras = [{} if e is None else _extra(e) for e in extra]
     index, call = c.ints[:, 0].tolist(), c.ints[:, 1].tolist()
-    return list(map(Record, index, name, node, module, op, level, call, direction, role, pos, dtype, _shapes(c),
+    return list(map(Record, index, name, node, module, op, level, call, direction, role, pos, dtype, shapes,
                     _stats(c), hsh, source, data, src, extras))
+
+
+def _with_axes(data: dict[str, Any] | None, text: str, ndim: int) -> dict[str, Any]:
+    """A record's data with its `axes` (checked as the JSON path checks them; ValueError sends the reader there)."""
+    axes = json.loads(text)
+    if data is None or axes_problem(axes, ndim) is not None:
+        raise ValueError("data.axes is not an order of the record's dimensions")
+    return {**data, "axes": axes}
 
 
 def _extra(text: str) -> dict[str, Any]:

@@ -9,8 +9,10 @@ from ..base.record import Record, Stats
 from .names import node_name, record_name
 
 FORMAT_NAME = "opdiff-dump"
-FORMAT_VERSION = 2  # 2: a record's data may lie in an earlier part of the run (`data.part`): stored once per dump
-READ_VERSIONS = (1, 2)  # what the reader accepts (docs/format.md, "Versioning")
+# 2: a record's data may lie in an earlier part of the run (`data.part`): stored once per dump;
+# 3: a record may read stored bytes under another shape or order (`data.axes`): a reshape, a transpose
+FORMAT_VERSION = 3
+READ_VERSIONS = (1, 2, 3)  # what the reader accepts (docs/format.md, "Versioning")
 META_FILE = "meta.json"
 INDEX_FILE = "index.jsonl"
 SHARD_DIR = "shards"
@@ -55,11 +57,34 @@ def dtype_name(arr_dtype: np.dtype) -> str:
         raise ValueError(f"dtype {arr_dtype} cannot be stored in an opdiff dump") from None
 
 
+def axes_base(shape: tuple[int, ...], axes: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """The shape a record's stored bytes are read as when its data declares `axes` (docs/format.md, "Data"):
+    base[axes[i]] = shape[i], so numpy.transpose(bytes.reshape(base), axes) has the record's own shape."""
+    base = [0] * len(shape)
+    for size, axis in zip(shape, axes, strict=True):
+        base[axis] = size
+    return tuple(base)
+
+
+def axes_problem(axes: object, ndim: int) -> str | None:
+    """Why `axes` is not a permutation of a record's `ndim` dimensions (None when it is)."""
+    if not isinstance(axes, (list, tuple)) or any(isinstance(a, bool) or not isinstance(a, int) for a in axes):
+        return f"field 'data.axes' must be a list of dimensions, not {axes!r}"
+    if sorted(axes) != list(range(ndim)):
+        return f"field 'data.axes' {list(axes)} is not an order of the record's {ndim} dimensions"
+    return None
+
+
+def identity_axes(axes: tuple[int, ...] | list[int]) -> bool:
+    """Axes that keep the order: the stored bytes under the record's own shape (a reshape)."""
+    return all(a == i for i, a in enumerate(axes))
+
+
 def part_dir(rank: int, step: int) -> str:
     """Relative directory of one (rank, step) part of a run."""
     return f"rank{rank}/step{step}"
 
 
-__all__ = ["DTYPES", "FLOAT_DTYPES", "FORMAT_NAME", "FORMAT_VERSION", "INDEX_FILE", "READ_VERSIONS", "META_FILE", "NUMPY_TO_NAME",
+__all__ = ["axes_base", "axes_problem", "identity_axes", "DTYPES", "FLOAT_DTYPES", "FORMAT_NAME", "FORMAT_VERSION", "INDEX_FILE", "READ_VERSIONS", "META_FILE", "NUMPY_TO_NAME",
            "SAFETENSORS_TO_NAME", "SHARD_DIR", "Record", "Stats", "dtype_name", "node_name", "numpy_dtype", "part_dir",
            "record_name"]

@@ -25,7 +25,7 @@ from ..base.record import Record
 from ..base.safepath import open_regular, read_regular
 from .colindex import COLS_FILE, Columns, load_columns_of, sound
 from .colindex import records as columnar_records
-from .format import DTYPES, FORMAT_NAME, READ_VERSIONS, SAFETENSORS_TO_NAME
+from .format import DTYPES, FORMAT_NAME, READ_VERSIONS, SAFETENSORS_TO_NAME, axes_problem
 from .names import KIND_CALL, KIND_TENSOR, line_kind
 
 MAX_META_BYTES = 64 << 20
@@ -114,6 +114,9 @@ def check_record(rec: Record) -> None:
         part = rec.data.get("part")
         if part is not None and _PART.fullmatch(part) is None:
             raise ValueError(f"field 'data.part' {part!r} is not a part of the run (rank<R>/step<S>)")
+        axes = rec.data.get("axes")
+        if axes is not None and (why := axes_problem(axes, len(rec.shape))) is not None:
+            raise ValueError(why)
 
 
 def read_index(index_path: Path) -> tuple[list[Record], list[str], list[dict[str, Any]]]:

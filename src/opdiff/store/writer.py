@@ -21,7 +21,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -105,6 +105,17 @@ def write_safetensors(path: Path, items: list[tuple[str, str, np.ndarray]]) -> N
     os.replace(tmp, path)
 
 
+class Reads(NamedTuple):
+    """A record's data given as stored bytes read another way (docs/format.md, "Data", `data.axes`): the bytes
+    `stored` holds, in row-major order, read as axes_base(shape, axes) and transposed by `axes`."""
+
+    stored: Record
+    axes: tuple[int, ...]
+
+
+_Entry = tuple[Record | dict[str, Any], np.ndarray | Record | Reads | None]
+
+
 class _PartWriter:
     """Writes one (rank, step) part: its index and shards, on the caller's writer thread."""
 
@@ -118,7 +129,7 @@ class _PartWriter:
         self.columns = ColumnBuilder() if self.index.tell() == 0 else None
         self.n_shards = 0
 
-    def flush(self, batch: list[tuple[Record | dict[str, Any], np.ndarray | Record | None]]) -> None:
+    def flush(self, batch: list[_Entry]) -> None:
         """Write a batch: the shard of its arrays first, then its index lines in order.
 
         An entry's second item is the record's array, None (no data), or an earlier Record (of this part or
@@ -143,6 +154,8 @@ class _PartWriter:
                 continue
             if isinstance(arr, Record) and arr.data is not None:
                 rec.data = dict(arr.data)
+            elif isinstance(arr, Reads) and arr.stored.data is not None:
+                rec.data = {**arr.stored.data, "axes": list(arr.axes)}
             d = self._line(rec)
             text = dumps_line(d)
             lines.append(text + "\n")
@@ -156,7 +169,7 @@ class _PartWriter:
         d = rec.to_json()
         data = d.get("data")
         if data is not None and data.get("part", self.part) == self.part:
-            d["data"] = {"file": data["file"], "key": data["key"]}
+            d["data"] = {k: v for k, v in data.items() if k != "part"}
         return d
 
     def close(self) -> None:
@@ -194,7 +207,7 @@ class DumpWriter:
         self.meta["parts"] = []
         self._write_meta()
         self._part: _PartWriter | None = None
-        self._batch: list[tuple[Record | dict[str, Any], np.ndarray | Record | None]] = []
+        self._batch: list[_Entry] = []
         self._batch_bytes = 0
         self._next_index = 0
         self._names: set[str] = set()
@@ -258,12 +271,15 @@ class DumpWriter:
     def next_index(self) -> int:
         return self._next_index
 
-    def add(self, record: Record, array: np.ndarray | None = None, *, same_data_as: Record | None = None) -> Record:
+    def add(self, record: Record, array: np.ndarray | None = None, *, same_data_as: Record | None = None,
+            axes: tuple[int, ...] | None = None) -> Record:
         """Queue one record (and its data) in execution order; assigns `record.index`.
 
         `same_data_as`: an earlier record of this run holding the very same bytes (the same tensor, or what
         `stored` found); this record then points at that record's data (`data.key` names the earlier record,
-        `data.part` its part when that is another) instead of storing it twice.
+        `data.part` its part when that is another) instead of storing it twice. With `axes` the record reads
+        those bytes under its own shape in that order (`data.axes`, format version 3): `same_data_as` must store
+        its own elements (no `axes` of its own) and hold as many of them as this record.
         """
         if self._part is None:
             self.begin(0, 0)
@@ -275,7 +291,9 @@ class DumpWriter:
         record.index = self._next_index
         self._next_index += 1
         if array is None and same_data_as is not None:
-            self._batch.append((record, same_data_as))
+            if axes is not None and (same_data_as.numel != record.numel or (same_data_as.data or {}).get("axes")):
+                raise ValueError(f"{record.name!r} cannot read {same_data_as.name!r}'s bytes through axes {axes}")
+            self._batch.append((record, same_data_as if axes is None else Reads(same_data_as, axes)))
         else:
             self._batch.append((record, array))
         if array is not None:

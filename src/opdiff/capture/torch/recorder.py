@@ -19,7 +19,7 @@ from ...store.names import node_name, record_name
 from ...store.stats import content_hash
 from ...store.validate import same_layout
 from ...store.writer import DumpWriter
-from ..stats_kernel import array_stats, copy_with_stats
+from ..stats_kernel import array_stats, copy_with_stats, transposed_hash_stats
 from .layout import unwrap
 from .naming import Counters
 from .tensors import DeferredStats, as_numpy, dense_flat, dtype_name, hash_of, host_contiguous, stats_of
@@ -60,6 +60,12 @@ class Recorder:
         self._seen: dict[int, _Seen] = {}
         self._blocks: dict[tuple, tuple[weakref.ref, int, Stats]] = {}
         self._stored_at: dict[tuple[int, int, str], Record] = {}  # (address, bytes, dtype) -> record storing them
+        # (dtype, stored hash, stored shape, record shape, axes) -> the reordered record's (hash, statistics), of this
+        # step and the one before (what an unchanged weight needs; older entries are dropped)
+        self._reordered: dict[tuple[str, str, tuple[int, ...], tuple[int, ...], tuple[int, ...]], tuple[str, Stats]] = {}
+        self._reordered_before: dict[tuple[str, str, tuple[int, ...], tuple[int, ...], tuple[int, ...]],
+                                     tuple[str, Stats]] = {}
+        self.relations = True  # tensor mode: point at stored bytes under another shape or order (`data.axes`)
         self.pipeline: dict[str, int] | None = None  # {"stage", "stages"} of a pipeline-parallel rank
         self.skipped = 0  # tensors the format cannot hold (complex, sparse, quantized, ...)
         self._deferred = DeferredStats()  # device tensors' statistics, read back once per written batch
@@ -74,6 +80,7 @@ class Recorder:
         self._seen.clear()
         self._blocks.clear()
         self._stored_at.clear()
+        self._reordered_before, self._reordered = self._reordered, {}
 
     def _ensure_part(self) -> None:
         if self.step != self.pending_step:
@@ -173,12 +180,12 @@ class Recorder:
             return rec
         array = None
         if self.mode == "tensor":
-            array, rec.stats, rec.hash, stored = self._data(t, name, rec.shape, live)
+            array, rec.stats, rec.hash, stored, axes = self._data(t, name, rec.shape, live)
             if t.device.type == "cpu" and t.is_contiguous():  # where these bytes lie, for a reshaped view of them
                 self._stored_at[(t.data_ptr(), rec.numel * t.element_size(), name)] = stored or rec
             if stored is not None:  # the run already holds these bytes: point at them
                 self._remember(ident, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
-                self.writer.add(rec, None, same_data_as=stored)
+                self.writer.add(rec, None, same_data_as=stored, axes=axes)
                 return rec
         else:
             rec.stats = self._stats(t, name)
@@ -188,43 +195,95 @@ class Recorder:
         self.writer.add(rec, array)
         return rec
 
-    def _data(self, t: torch.Tensor, name: str, shape: tuple[int, ...],
-              live: bool = False) -> tuple[Any, Stats, str, Record | None]:
-        """Tensor mode: (array to store, statistics, content hash, None), or (None, its statistics, hash, the
-        record already storing the same bytes) when the run holds them (docs/format.md, "Data").
+    def _data(self, t: torch.Tensor, name: str, shape: tuple[int, ...], live: bool = False
+              ) -> tuple[Any, Stats, str, Record | None, tuple[int, ...] | None]:
+        """Tensor mode: (array to store, statistics, content hash, None, None), or (None, its statistics, hash, the
+        record already storing the same bytes, how this record reads them: None as they lie, else `data.axes`)
+        when the run holds them (docs/format.md, "Data").
 
         The hash is taken from the tensor in place, so bytes already stored (a parameter unchanged since the
         last step) are neither copied nor measured again; new bytes are copied (the model may change the
         tensor later) with their statistics in the same pass."""
+        if self.relations and not t.is_contiguous():
+            found = self._permuted(t, name, shape)
+            if found is not None:
+                return None, *found
         h = host_contiguous(t)
         view = as_numpy(h, name)
         hsh = content_hash(view, name, shape)
-        stored = self.writer.stored(name, shape, hsh)
+        stored, axes = self.writer.stored(name, shape, hsh), None
         if stored is None and h.data_ptr() == t.data_ptr():
-            stored = self._reshaped(view, name, shape)
+            stored, axes = self._reshaped(view, name, shape)
         if stored is not None and stored.stats is not None:
-            return None, stored.stats, hsh, stored
+            return None, stored.stats, hsh, stored, axes
         if live and h.data_ptr() == t.data_ptr():  # written from its own memory before it can change (settle)
             self._live = True
-            return view, array_stats(view, name), hsh, None
+            return view, array_stats(view, name), hsh, None, None
         if h.data_ptr() == t.data_ptr() or h.numel() == 0:
             array, stats = copy_with_stats(view, name)
         else:  # already a copy of ours (another device, a strided tensor made contiguous)
             array, stats = view, array_stats(view, name)
-        return array, stats, hsh, None
+        return array, stats, hsh, None, None
 
-    def _reshaped(self, view: Any, name: str, shape: tuple[int, ...]) -> Record | None:
-        """The record storing these very bytes under a shape that differs only in size-1 dimensions (a view
-        such as `x.view(-1, d)` of a [1, n, d] tensor, or an op's [n, d] output read back as [1, n, d]),
-        which readers accept for this record's shape; None when there is none.
+    def _reshaped(self, view: Any, name: str, shape: tuple[int, ...]) -> tuple[Record | None, tuple[int, ...] | None]:
+        """The record storing these very bytes under another shape, and None when readers take them as they lie
+        (a shape that differs only in size-1 dimensions: `x.view(-1, d)` of a [1, n, d] tensor) or identity axes
+        (any other shape of as many elements, declared: the heads' `view` of a [1, n, d] activation as
+        [1, n, h, d / h]); (None, None) when there is none.
 
         Found by address (the same memory, length and dtype recorded this step), and proved by content: the
         bytes are hashed again with the stored record's shape and must give its hash. A memory block freed and
         reused, or written through an alias whose version counter is its own, never passes for the old bytes."""
         cand = self._stored_at.get((view.ctypes.data, view.nbytes, name))
-        if cand is None or cand.shape == shape or not same_layout(cand.shape, shape):
+        if cand is None or cand.shape == shape:
+            return None, None
+        axes = None if same_layout(cand.shape, shape) else tuple(range(len(shape)))
+        if (axes is not None and not self.relations) or content_hash(view, name, cand.shape) != cand.hash:
+            return None, None
+        return cand, axes
+
+    def _permuted(self, t: torch.Tensor, name: str, shape: tuple[int, ...]
+                  ) -> tuple[Stats, str, Record, tuple[int, ...] | None] | None:
+        """(statistics, hash, stored record, axes) of a CPU tensor whose elements lie densely in another order at
+        the address of bytes stored this step (`w.t()`, what aten hands mm/addmm for a Linear's weight; a
+        transposed activation at api level), proved as _reshaped proves it; None otherwise.
+
+        The record keeps its own hash and statistics, those of its elements in its own row-major order (equal to
+        a capture that stores them), taken without a row-major copy for a 2-D transpose and kept per content,
+        so an unchanged weight seen again in a later step costs only the proof."""
+        if t.device.type != "cpu" or type(t) is not torch.Tensor or t.is_conj() or t.is_neg() or t.numel() == 0:
             return None
-        return cand if content_hash(view, name, cand.shape) == cand.hash else None
+        order = sorted(range(t.dim()), key=lambda i: t.stride(i), reverse=True)
+        mem = t.detach().permute(order)
+        if not mem.is_contiguous():
+            return None
+        cand = self._stored_at.get((t.data_ptr(), t.numel() * t.element_size(), name))
+        if cand is None or cand.hash is None:
+            return None
+        raw = as_numpy(mem, name)
+        if content_hash(raw, name, cand.shape) != cand.hash:
+            return None
+        axes = tuple(sorted(range(len(order)), key=order.__getitem__))  # the inverse of `order`
+        key = (name, cand.hash, cand.shape, shape, axes)
+        known = self._reordered.get(key) or self._reordered_before.get(key)
+        if known is None:
+            known = self._measure_reordered(t, raw, name, shape, axes)
+        self._reordered[key] = known
+        hsh, stats = known
+        same = self.writer.stored(name, shape, hsh)  # these elements already stored in this order: read as they lie
+        return (stats, hsh, same, None) if same is not None else (stats, hsh, cand, axes)
+
+    @staticmethod
+    def _measure_reordered(t: torch.Tensor, raw: Any, name: str, shape: tuple[int, ...],
+                           axes: tuple[int, ...]) -> tuple[str, Stats]:
+        """(hash, statistics) of `t`'s elements in its own row-major order; `raw` its memory as it lies."""
+        if axes == (1, 0):
+            found = transposed_hash_stats(raw, name)
+            if found is not None:
+                return found
+        h = host_contiguous(t)
+        view = as_numpy(h, name)
+        return content_hash(view, name, shape), array_stats(view, name)
 
     def settle(self) -> None:
         """Return once the tensors recorded `live` are on disk (the writer no longer reads their memory).
