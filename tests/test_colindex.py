@@ -14,7 +14,7 @@ from opdiff.base.errors import DumpError
 from opdiff.base.record import Record, Stats
 from opdiff.compare.run import compare
 from opdiff.store import validate as V
-from opdiff.store.colindex import COLS_FILE, MIN_RECORDS, ColumnBuilder
+from opdiff.store.colindex import COLS_FILE, MIN_RECORDS, TEXTS, ColumnBuilder
 from opdiff.store.writer import DumpWriter
 from opdiff.testing.synthetic import Tensor, make_record, write_dump, write_run
 
@@ -306,3 +306,22 @@ def replace_name(r: Record, name: str) -> Record:
     from dataclasses import replace
 
     return replace(r, name=name)
+
+
+@pytest.mark.parametrize("width, used", [(len(TEXTS) - 1, True), (len(TEXTS) - 2, False)])
+def test_a_copy_from_before_axes_is_still_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, width: int,
+                                               used: bool) -> None:
+    """A copy written before `data.axes` joined the text columns (one fewer code column; its writer took no line
+    with axes) reads as the JSON lines; any other width is refused and the JSON lines are read."""
+    write_dump(tmp_path / "d", _tensors(), mode="tensor")
+    index = _index(tmp_path / "d")
+    arrays = ColumnBuilder._arrays
+    monkeypatch.setattr(ColumnBuilder, "_arrays", lambda self: {**(a := arrays(self)), "codes": np.ascontiguousarray(
+        a["codes"][:, :width])})
+    _forge(index, "")
+    monkeypatch.undo()
+    fast = V._read_columns(index)
+    assert (fast is not None) == used
+    if used:
+        assert fast == V._read_lines(index, index.read_bytes())
+    assert opdiff.load(tmp_path / "d").records == V._read_lines(index, index.read_bytes())[0]

@@ -252,8 +252,17 @@ def _parse(blob: bytes, index_bytes: int, index_xxh3: str) -> Columns | None:
     table = table_text.split("\x00") if h["strings"] else []
     if len(table) != h["strings"] or len(set(table)) != len(table) or _has_control(table_bytes):
         return None
-    return Columns(arrays["ints"], arrays["dims"], arrays["codes"], arrays["counts"], arrays["floats"],
+    return Columns(arrays["ints"], arrays["dims"], _all_texts(arrays["codes"]), arrays["counts"], arrays["floats"],
                    arrays["nulls"], table, int(h["lines"]))
+
+
+def _all_texts(codes: np.ndarray) -> np.ndarray:
+    """The code columns of TEXTS: a copy written before `axes` joined them (16 columns) has none of it, as
+    its writer took no line holding data.axes: that column is absent (-1) everywhere. Any other width is
+    left to `sound` to refuse."""
+    if codes.ndim == 2 and codes.shape[1] == len(TEXTS) - 1:
+        return np.concatenate([codes, np.full((len(codes), 1), -1, dtype=codes.dtype)], axis=1)
+    return codes
 
 
 def _has_control(table_bytes: bytes) -> bool:
