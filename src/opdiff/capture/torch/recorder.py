@@ -62,8 +62,8 @@ class Recorder:
         self._seen: dict[int, _Seen] = {}
         self._blocks: dict[tuple, tuple[weakref.ref, int, Stats]] = {}
         self._stored_at: dict[tuple[int, int, str], Record] = {}  # (address, bytes, dtype) -> record storing them
-        # storage address -> (address, record storing the bytes there) of this step: windows of them (`data.window`)
-        self._in_storage: dict[int, list[tuple[int, Record]]] = {}
+        # storage address -> records storing bytes in it, this step: what a window reads (`data.window`)
+        self._in_storage: dict[int, list[tuple[int, int, Record]]] = {}  # (address, bytes, record)
         # (dtype, stored hash, stored shape, record shape, axes) -> the reordered record's (hash, statistics), of this
         # step and the one before (what an unchanged weight needs; older entries are dropped)
         self._reordered: dict[tuple[str, str, tuple[int, ...], tuple[int, ...], tuple[int, ...]], tuple[str, Stats]] = {}
@@ -203,10 +203,13 @@ class Recorder:
     def _note_stored(self, t: torch.Tensor, name: str, rec: Record) -> None:
         """Remember that `rec` stores the bytes of the contiguous CPU tensor `t`: a reshaped view of them, or a
         window inside them, recorded later this step reads them instead of storing them again."""
-        addr = t.data_ptr()
-        self._stored_at[(addr, rec.numel * t.element_size(), name)] = rec
-        if self.relations and rec.numel:
-            self._in_storage.setdefault(t.untyped_storage().data_ptr(), []).append((addr, rec))
+        addr, nbytes = t.data_ptr(), rec.numel * t.element_size()
+        self._stored_at[(addr, nbytes, name)] = rec
+        if self.relations and nbytes:  # bytes these replace (memory reused, written in place) are no candidates
+            key, end = t.untyped_storage().data_ptr(), addr + nbytes
+            kept = [(a, n, r) for a, n, r in self._in_storage.get(key, ()) if a >= end or a + n <= addr]
+            kept.append((addr, nbytes, rec))
+            self._in_storage[key] = kept
 
     def _data(self, t: torch.Tensor, name: str, shape: tuple[int, ...], live: bool = False
               ) -> tuple[Any, Stats, str, Record | None, tuple[int, ...] | None, tuple[int, tuple[int, ...]] | None]:
@@ -310,7 +313,7 @@ class Recorder:
             return None
         size, base_ptr, addr = t.element_size(), storage.data_ptr(), t.data_ptr()
         strides = tuple(t.stride())
-        for start, cand in reversed(cands):  # the latest first: bytes written last
+        for start, _, cand in reversed(cands):  # the latest first: bytes written last
             delta = addr - start
             if cand.dtype != name or cand.hash is None or delta < 0 or delta % size or min(strides, default=0) < 0 \
                     or window_end(shape, delta // size, strides) > cand.numel \
