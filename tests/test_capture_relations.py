@@ -278,30 +278,36 @@ def test_a_wrong_hash_through_axes_is_refused(tmp_path):
     assert same_bits(d.tensor(d.records[0]), np.ones((4, 6), np.float32))
 
 
-def test_a_long_part_keeps_axes_whatever_index_it_is_read_from(tmp_path):
-    """A part long enough for the columnar copy (store/colindex.py): the copy holds `data.axes` and gives the
-    records the JSON lines give."""
-    arr = np.arange(12, dtype=np.float32).reshape(3, 4)
+_LONG = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+
+def _long_part(path, last: np.ndarray, **how):
+    """A part long enough for the columnar copy (store/colindex.py) whose last record reads _LONG's bytes as
+    `how` says (axes= or window=); the copy must give the records the JSON lines give. The part, loaded."""
 
     def rec(i, a):
         return Record(index=0, name=f"m{i}/op#0/forward/output/0", node=f"m{i}/op#0", module=f"m{i}", op="op",
                       level="module", call=0, direction="forward", role="output", pos="0", dtype="float32",
                       shape=a.shape, stats=tensor_stats(a), hash=content_hash(a, "float32", a.shape))
 
-    with DumpWriter(tmp_path / "d", {"model": "m"}) as w:
+    with DumpWriter(path, {"model": "m"}) as w:
         w.begin(0, 0)
-        first = w.add(rec(0, arr), arr)
+        first = w.add(rec(0, _LONG), _LONG)
         for i in range(1, 2100):
-            w.add(rec(i, arr), None, same_data_as=first)
-        w.add(rec(2100, arr.T.copy()), None, same_data_as=first, axes=(1, 0))
-    part = tmp_path / "d/rank0/step0"
+            w.add(rec(i, _LONG), None, same_data_as=first)
+        w.add(rec(2100, last), None, same_data_as=first, **how)
+    part = path / "rank0/step0"
     cols = load_columns((part / COLS_FILE).read_bytes(), (part / "index.jsonl").read_bytes())
     assert cols is not None and sound(cols, DTYPES, re.compile(r"rank\d+/step\d+"))
-    from_cols = columnar_records(cols)
-    d = opdiff.load(tmp_path / "d")
-    assert from_cols == d.records and d.records[-1].data["axes"] == [1, 0]
-    assert same_bits(d.tensor(d.records[-1]), arr.T.copy())
-    assert "axes" not in d.records[5].data and same_bits(d.tensor(d.records[5]), arr)
+    d = opdiff.load(path)
+    assert columnar_records(cols) == d.records and same_bits(d.tensor(d.records[-1]), last)
+    assert d.records[5].data.keys() == {"file", "key"} and same_bits(d.tensor(d.records[5]), _LONG)
+    return d
+
+
+def test_a_long_part_keeps_axes_whatever_index_it_is_read_from(tmp_path):
+    d = _long_part(tmp_path / "d", _LONG.T.copy(), axes=(1, 0))
+    assert d.records[-1].data["axes"] == [1, 0]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64", "int64", "bool", "float8_e4m3fn"])
@@ -470,22 +476,5 @@ def test_bytes_written_through_an_alias_are_not_read_as_a_window(tmp_path, exclu
 
 
 def test_a_long_part_keeps_windows_whatever_index_it_is_read_from(tmp_path):
-    arr = np.arange(12, dtype=np.float32).reshape(3, 4)
-
-    def rec(i, a):
-        return Record(index=0, name=f"m{i}/op#0/forward/output/0", node=f"m{i}/op#0", module=f"m{i}", op="op",
-                      level="module", call=0, direction="forward", role="output", pos="0", dtype="float32",
-                      shape=a.shape, stats=tensor_stats(a), hash=content_hash(a, "float32", a.shape))
-
-    with DumpWriter(tmp_path / "d", {"model": "m"}) as w:
-        w.begin(0, 0)
-        first = w.add(rec(0, arr), arr)
-        for i in range(1, 2100):
-            w.add(rec(i, arr), None, same_data_as=first)
-        w.add(rec(2100, arr[:, 1:3].copy()), None, same_data_as=first, window=(1, (4, 1)))
-    part = tmp_path / "d/rank0/step0"
-    cols = load_columns((part / COLS_FILE).read_bytes(), (part / "index.jsonl").read_bytes())
-    assert cols is not None and sound(cols, DTYPES, re.compile(r"rank\d+/step\d+"))
-    d = opdiff.load(tmp_path / "d")
-    assert columnar_records(cols) == d.records and d.records[-1].data["window"] == {"offset": 1, "strides": [4, 1]}
-    assert same_bits(d.tensor(d.records[-1]), arr[:, 1:3].copy())
+    d = _long_part(tmp_path / "d", _LONG[:, 1:3].copy(), window=(1, (4, 1)))
+    assert d.records[-1].data["window"] == {"offset": 1, "strides": [4, 1]}
