@@ -14,7 +14,7 @@ from opdiff.base.errors import DumpError
 from opdiff.base.record import Record, Stats
 from opdiff.compare.run import compare
 from opdiff.store import validate as V
-from opdiff.store.colindex import COLS_FILE, MIN_RECORDS, ColumnBuilder
+from opdiff.store.colindex import COLS_FILE, MIN_RECORDS, TEXTS, ColumnBuilder
 from opdiff.store.writer import DumpWriter
 from opdiff.testing.synthetic import Tensor, make_record, write_dump, write_run
 
@@ -245,3 +245,84 @@ def test_records_of_one_shape_share_one_tuple(tmp_path: Path, shapes: list[tuple
     d.check()
     entries = [e for h in d._headers.values() for e in h.entries.values()]
     assert len(entries) == N and len({id(e[1]) for e in entries}) <= len(set(shapes)) * len(d._headers)
+
+
+def test_call_lines_read_when_the_index_is_only_hashed(tmp_path: Path) -> None:
+    """read_index hashes the index as it reads it (never held whole) and reads it again only for its call
+    lines; bytes changed between the two reads send it to the JSON lines."""
+    w = DumpWriter(tmp_path / "d", {"framework": "numpy"})
+    w.begin(0, 0)
+    for i, t in enumerate(_tensors()):
+        if i % 700 == 0:
+            w.add_call({"node": f"n{i}", "op": "aten.add.Tensor", "args": [i]})
+        w.add(make_record(t), None)
+    w.close()
+    index = _index(tmp_path / "d")
+    fast = V._read_columns(index)
+    assert fast is not None and fast == V._read_lines(index, index.read_bytes())
+    assert [c["node"] for c in fast[2]] == ["n0", "n700", "n1400"]
+    cols = V.load_columns_of((index.parent / COLS_FILE).read_bytes(), *V._digest(index)[:2])  # type: ignore[index]
+    assert cols is not None
+    size, digest, last = V._digest(index)  # type: ignore[misc]
+    with pytest.raises(ValueError, match="changed while it was read"):
+        V._other_lines(index, None, cols, (size, "0" * 16, last))
+
+
+@pytest.mark.parametrize("text", ["layers.\u00e9\u4e2d", "m\u0085x", "a\x7fb", "a\x1fb", "tab\there"])
+def test_control_characters_in_the_table_send_to_the_json_lines(tmp_path: Path, text: str) -> None:
+    """The table's control-character test (one translate over its bytes) refuses exactly what the JSON path
+    refuses: \\x01-\\x1f and \\x7f; other text, multi-byte UTF-8 and C1 code points included, is read."""
+    tensors = _tensors()
+    tensors[3] = Tensor(text, "aten.add.Tensor", "output", "0", np.ones(3, dtype=np.float32))
+    write_dump(tmp_path / "d", tensors, mode="stats")
+    index = _index(tmp_path / "d")
+    _forge(index, "")  # a copy holding the text, whatever the writer decided
+    assert (index.parent / COLS_FILE).exists()
+    fast = V._read_columns(index)
+    bad = any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text)
+    if bad:
+        assert fast is None
+        with pytest.raises(DumpError, match="control characters"):
+            opdiff.load(tmp_path / "d")
+    else:
+        assert fast is not None and fast[0] == V._read_lines(index, index.read_bytes())[0]
+        assert fast[0][3].module == text
+
+
+def test_a_dump_refuses_a_name_that_repeats_and_finds_records_by_name(tmp_path: Path) -> None:
+    """Dump's name table (built at C speed): every record found by its name; the first name that repeats named."""
+    from opdiff.store.readers.opdiff_format import OpdiffDump
+
+    write_dump(tmp_path / "d", _tensors(40), mode="stats")
+    d = opdiff.load(tmp_path / "d")
+    assert all(d[r.name] is r for r in d.records)
+    recs = list(d.records)
+    twice = [recs[0], recs[1], replace_name(recs[2], recs[1].name), replace_name(recs[3], recs[0].name)]
+    with pytest.raises(DumpError, match=f"two records are named {recs[1].name!r}"):
+        OpdiffDump(root=d.root, meta=d.meta, rank=0, step=0, records=twice, parts=d.parts)
+
+
+def replace_name(r: Record, name: str) -> Record:
+    from dataclasses import replace
+
+    return replace(r, name=name)
+
+
+@pytest.mark.parametrize("width, used", [(len(TEXTS) - 1, True), (len(TEXTS) - 2, True), (len(TEXTS) - 3, False)])
+def test_a_copy_from_before_axes_is_still_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, width: int,
+                                               used: bool) -> None:
+    """A copy written before `data.window` or `data.axes` joined the text columns (one or two fewer code columns;
+    its writer took no line with them) reads as the JSON lines; any other width is refused and the JSON lines
+    are read."""
+    write_dump(tmp_path / "d", _tensors(), mode="tensor")
+    index = _index(tmp_path / "d")
+    arrays = ColumnBuilder._arrays
+    monkeypatch.setattr(ColumnBuilder, "_arrays", lambda self: {**(a := arrays(self)), "codes": np.ascontiguousarray(
+        a["codes"][:, :width])})
+    _forge(index, "")
+    monkeypatch.undo()
+    fast = V._read_columns(index)
+    assert (fast is not None) == used
+    if used:
+        assert fast == V._read_lines(index, index.read_bytes())
+    assert opdiff.load(tmp_path / "d").records == V._read_lines(index, index.read_bytes())[0]

@@ -145,3 +145,28 @@ def test_bad_settings_files_exit_2(dumps, tmp_path, opt, content, expect):
     p = run(dumps / "golden", dumps / "same", "-o", tmp_path / "out", opt, f)
     assert p.returncode == 2 and expect in error_line(p) and str(f) in error_line(p)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_program_leaves_its_results_to_the_os_main_argv_does_not(dumps, tmp_path):
+    """`opdiff compare` run as the program freezes its results out of the collector once every report is
+    written (the process ends: nothing is freed one by one); main(argv) called from Python, a process that
+    goes on, freezes nothing."""
+    import gc
+
+    from opdiff.cli.main import main
+
+    before = gc.get_freeze_count()
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(dumps / "golden"), str(dumps / "off"), "-o", str(tmp_path / "a"), "--no-progress"])
+    assert exc.value.code == 1 and gc.get_freeze_count() == before
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
+            f"sys.argv = ['opdiff', 'compare', {str(dumps / 'golden')!r}, {str(dumps / 'off')!r}, '-o', "
+            f"{str(tmp_path / 'b')!r}, '--no-progress']\n"
+            "from opdiff.cli.main import main\n"
+            "main()\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "frozen True" in p.stdout, p.stderr
+    assert (tmp_path / "b" / "compare.csv").read_bytes() == (tmp_path / "a" / "compare.csv").read_bytes()
+    a, b = (json.loads((tmp_path / d / "compare.json").read_text()) for d in "ab")
+    assert a["pairs"] == b["pairs"] and a["summary"]["pairs"] == b["summary"]["pairs"] == 4

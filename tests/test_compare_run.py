@@ -253,3 +253,19 @@ def test_locate_agrees_with_span_and_fails_alike(golden):
 
     with pytest.raises(DumpError, match="in the shard but float16"):
         _source(d, bad[1])
+
+
+def test_console_lists_the_mismatched_pairs_only_when_there_are_some(golden, tmp_path):
+    """The summary names each shape-mismatch pair and counts it in the FAIL line; a run without one lists none."""
+    from rich.console import Console
+
+    from opdiff.report.console import print_summary
+
+    write_dump(tmp_path / "t", variant(h_1_act=BASE[4].array.reshape(2, 16, 8)))
+    con = Console(record=True, width=200)
+    print_summary(compare(golden, tmp_path / "t"), con)
+    text = con.export_text()
+    assert "shape-mismatch #4" in text and "1 mismatched or unreadable" in text
+    con = Console(record=True, width=200)
+    print_summary(compare(golden, golden), con)
+    assert "mismatch #" not in con.export_text() and "mismatched or unreadable" not in con.export_text()

@@ -42,3 +42,24 @@ def test_paused_gives_it_back_on_an_error_and_cycles_are_collected_after():
     assert gc.isenabled()
     gc.collect()
     assert alive() is None  # collected once the collector is back
+
+
+def test_keep_until_exit_leaves_the_objects_to_the_os_and_atexit_still_runs(tmp_path):
+    """In a child process: the kept objects are never freed (no finaliser runs at exit), atexit handlers and
+    buffered output still do."""
+    import subprocess
+    import sys
+
+    code = ("import atexit, gc, sys, weakref\n"
+            "from opdiff.base import gcpause\n"
+            "class Big:\n"
+            "    def __del__(self): print('freed', flush=True)\n"
+            "big = Big()\n"
+            "atexit.register(lambda: print('atexit ran, frozen', gc.get_freeze_count() > 0))\n"
+            "gcpause.keep_until_exit(big)\n"
+            "del big\n"
+            "sys.stdout.write('buffered, never flushed by hand')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "freed" not in p.stdout
+    assert "atexit ran, frozen True" in p.stdout and "buffered, never flushed by hand" in p.stdout

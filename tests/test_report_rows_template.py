@@ -175,15 +175,18 @@ def test_xlsx_sheet_deflated_by_isal_reads_back_as_zlibs(base, tmp_path, monkeyp
     made = []  # ISA-L's compressors deflate the sheet (zipfile's own would hold the same bytes)
     isal_compressobj = xlsx._isal.compressobj
     monkeypatch.setattr(xlsx._isal, "compressobj", lambda *a: made.append(a) or isal_compressobj(*a))
+    crcs = []  # ...and ISA-L's CRC-32 checks them (zipfile's zlib one gives the same checksum)
+    isal_crc = xlsx._isal.crc32
+    monkeypatch.setattr(xlsx._isal, "crc32", lambda *a: crcs.append(1) or isal_crc(*a))
     report.write(rows, "xlsx", tmp_path / "isal.xlsx")
-    assert made
+    assert made and crcs
     monkeypatch.setattr(xlsx, "_isal", None)
     report.write(rows, "xlsx", tmp_path / "zlib.xlsx")
     with zipfile.ZipFile(tmp_path / "isal.xlsx") as a, zipfile.ZipFile(tmp_path / "zlib.xlsx") as b:
         assert a.testzip() is None and b.testzip() is None
         sheet = "xl/worksheets/sheet1.xml"
         assert a.getinfo(sheet).compress_type == zipfile.ZIP_DEFLATED
-        assert a.read(sheet) == b.read(sheet)
+        assert a.read(sheet) == b.read(sheet) and a.getinfo(sheet).CRC == b.getinfo(sheet).CRC
         assert a.getinfo(sheet).compress_size < a.getinfo(sheet).file_size / 10
     ws = openpyxl.load_workbook(tmp_path / "isal.xlsx", read_only=True).active
     assert ws.max_row == 3001

@@ -14,6 +14,7 @@ import click
 from ..base import gcpause
 from ..base.errors import OpdiffError
 from ..base.outdir import check_replaceable, check_writable, claim_dir
+from .common import process_exits
 from .dask_opts import dask_options
 from .parallel_opts import open_sides, parallel_options, parallel_report
 
@@ -133,7 +134,10 @@ def compare_cmd(golden, target, out, mode, map_file, thresholds_file, preset, pa
         report.write_many(cmp, list(zip(fmts, paths)))  # CSV, XLSX and JSON in one pass over the rows
         _say_steps(cmp, allow_unmatched)
         ranks_failed = parallel_report(g, t, cmp.results, th, out_dir)
-        return 0 if cmp.passed(allow_unmatched) and not ranks_failed else 1
+        code = 0 if cmp.passed(allow_unmatched) and not ranks_failed else 1
+        if process_exits():  # every output written and closed: the OS takes the memory back, no freeing
+            gcpause.keep_until_exit(cmp, g, t)
+        return code
 
 
 def gate_rule(gate: str, preset: str, thresholds_file: str | None, pass_if: tuple[str, ...]) -> str:

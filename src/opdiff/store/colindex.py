@@ -48,7 +48,9 @@ _STAT_KEYS = frozenset(_COUNTS + _FLOATS)
 _INT, _FLOAT, _FLOAT_OR_NONE, _TEXT = frozenset({int}), frozenset({float}), frozenset({float, type(None)}), \
     frozenset({str, type(None)})
 _NO_NULLS = (False,) * 5
-_CONTROL = re.compile(r"[\x01-\x1f\x7f]")  # \x00 separates the table's strings
+# the bytes a table string may hold: deleting them leaves its control characters (\x01-\x1f, \x7f) and the
+# NULs between strings; UTF-8 multi-byte sequences use only bytes >= 0x80
+_NOT_CONTROL = bytes(range(0x20, 0x7f)) + bytes(range(0x80, 0x100))
 
 
 class ColumnBuilder:
@@ -223,21 +225,25 @@ class Columns:
 
 def load_columns(blob: bytes, raw_index: bytes) -> Columns | None:
     """The columns of a copy's bytes when it is a sound copy of exactly `raw_index`; None for anything else."""
+    return load_columns_of(blob, len(raw_index), xxhash.xxh3_64_hexdigest(raw_index))
+
+
+def load_columns_of(blob: bytes, index_bytes: int, index_xxh3: str) -> Columns | None:
+    """load_columns for an index known by its size and xxh3 digest (hashed as it was read, never held whole)."""
     try:
-        return _parse(blob, raw_index)
+        return _parse(blob, index_bytes, index_xxh3)
     except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, RecursionError):
         return None
 
 
-def _parse(blob: bytes, raw_index: bytes) -> Columns | None:
+def _parse(blob: bytes, index_bytes: int, index_xxh3: str) -> Columns | None:
     if blob[:8] != MAGIC or len(blob) < 16:
         return None
     n_head = int.from_bytes(blob[8:16], "little")
     if n_head > MAX_HEADER or 16 + n_head > len(blob):
         return None
     h = json.loads(blob[16:16 + n_head])
-    if h.get("version") != VERSION or h["index_bytes"] != len(raw_index) \
-            or h["index_xxh3"] != xxhash.xxh3_64_hexdigest(raw_index):
+    if h.get("version") != VERSION or h["index_bytes"] != index_bytes or h["index_xxh3"] != index_xxh3:
         return None
     payload = memoryview(blob)[16 + n_head:]
     if h["payload_xxh3"] != xxhash.xxh3_64_hexdigest(payload):
@@ -247,12 +253,29 @@ def _parse(blob: bytes, raw_index: bytes) -> Columns | None:
         if off < 0 or nbytes < 0 or off + nbytes > len(payload):
             return None
         arrays[name] = np.frombuffer(payload[off:off + nbytes], dtype=np.dtype(dt)).reshape(shape)
-    table_text = arrays["table"].tobytes().decode("utf-8")
+    table_bytes = arrays["table"].tobytes()
+    table_text = table_bytes.decode("utf-8")
     table = table_text.split("\x00") if h["strings"] else []
-    if len(table) != h["strings"] or len(set(table)) != len(table) or _CONTROL.search(table_text):
+    if len(table) != h["strings"] or len(set(table)) != len(table) or _has_control(table_bytes):
         return None
-    return Columns(arrays["ints"], arrays["dims"], arrays["codes"], arrays["counts"], arrays["floats"],
+    return Columns(arrays["ints"], arrays["dims"], _all_texts(arrays["codes"]), arrays["counts"], arrays["floats"],
                    arrays["nulls"], table, int(h["lines"]))
+
+
+def _all_texts(codes: np.ndarray) -> np.ndarray:
+    """The code columns of TEXTS: a copy written before `window` (17 columns) or `axes` (16) joined them has
+    none of those, as its writer took no line holding them: those columns are absent (-1) everywhere. Any
+    other width is left to `sound` to refuse."""
+    missing = len(TEXTS) - codes.shape[1] if codes.ndim == 2 else 0
+    if missing in (1, 2):
+        return np.concatenate([codes, np.full((len(codes), missing), -1, dtype=codes.dtype)], axis=1)
+    return codes
+
+
+def _has_control(table_bytes: bytes) -> bool:
+    """A control character in the table's strings (NUL aside: it separates them), by one C-level translate
+    instead of a regular expression over the whole table."""
+    return bool(table_bytes.translate(None, _NOT_CONTROL).strip(b"\x00"))
 
 
 def sound(c: Columns, dtypes: frozenset[str] | set[str] | dict[str, Any], part_re: re.Pattern[str]) -> bool:
@@ -269,7 +292,7 @@ def sound(c: Columns, dtypes: frozenset[str] | set[str] | dict[str, Any], part_r
     if (codes < -1).any() or (codes >= len(c.table)).any():
         return False
     col = {f: codes[:, k] for k, f in enumerate(TEXTS)}
-    if any((col[f] < 0).any() for f in _NEEDED) or np.unique(col["name"]).size != n:
+    if any((col[f] < 0).any() for f in _NEEDED) or (np.bincount(col["name"]) > 1).any():  # names unique
         return False
     empty = c.table.index("") if "" in c.table else -2
     if any((col[f] == empty).any() for f in _NON_EMPTY + ("file", "key", "part")):
@@ -286,7 +309,13 @@ def sound(c: Columns, dtypes: frozenset[str] | set[str] | dict[str, Any], part_r
 
 def _used(c: Columns, codes: np.ndarray) -> set[str]:
     """The distinct strings a code column uses."""
-    return {c.table[i] for i in np.unique(codes).tolist() if i >= 0}
+    return {c.table[i] for i in distinct(codes)}
+
+
+def distinct(codes: np.ndarray) -> list[int]:
+    """The distinct codes >= 0 of a column, ascending: one bincount (codes index a table; np.unique sorts or
+    hashes, several times slower on 100,000 codes)."""
+    return np.flatnonzero(np.bincount(codes[codes >= 0])).tolist()
 
 
 def _safe_file(f: str) -> bool:
@@ -327,21 +356,22 @@ def records(c: Columns) -> list[Record]:
         return []
     table: list[str | None] = list(c.table)
     for k in _INTERNED:  # few distinct values, shared with every other dump's (as the JSON path does)
-        for i in np.unique(c.codes[:, k]).tolist():
-            if i >= 0:
-                table[i] = intern(c.table[i])
-    table.append(None)  # code -1
-    cols = [list(map(table.__getitem__, col)) for col in c.codes.T.tolist()]
+        for i in distinct(c.codes[:, k]):
+            table[i] = intern(c.table[i])
+    table.append(None)  # code -1: the last entry, as numpy indexes it
+    cols = np.array(table, dtype=object)[c.codes.T].tolist()  # one C-level take of every text column
     name, node, module, op, level, direction, role, pos, dtype, hsh, source, src, file, key, part, extra, axes, window = cols
     data = [None if f is None else ({"file": f, "key": k} if p is None else {"file": f, "key": k, "part": p})
             for f, k, p in zip(file, key, part)]
     shapes = _shapes(c)
-    for i, a in enumerate(axes):
-        if a is not None:
-            data[i] = _with_axes(data[i], a, len(shapes[i]))
-    for i, w in enumerate(window):
-        if w is not None:
-            data[i] = _with_window(data[i], w, len(shapes[i]))
+    if axes.count(None) != n:  # format version 3's data.axes: few records have them
+        for i, a in enumerate(axes):
+            if a is not None:
+                data[i] = _with_axes(data[i], a, len(shapes[i]))
+    if window.count(None) != n:  # format version 3's data.window: q, k, v and the like
+        for i, w in enumerate(window):
+            if w is not None:
+                data[i] = _with_window(data[i], w, len(shapes[i]))
     extras = [{} if e is None else _extra(e) for e in extra]
     index, call = c.ints[:, 0].tolist(), c.ints[:, 1].tolist()
     return list(map(Record, index, name, node, module, op, level, call, direction, role, pos, dtype, shapes,

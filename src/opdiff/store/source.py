@@ -13,6 +13,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +24,8 @@ from ..base.record import Record
 from ..base.safepath import regular_size
 from .format import numpy_dtype
 from .stats import content_hash
+
+_NAME = attrgetter("name")
 
 
 @dataclass(frozen=True)
@@ -63,11 +66,15 @@ class Dump(ABC):
     address: Path | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self._by_name = {}
-        for r in self.records:
-            if r.name in self._by_name:  # one would shadow the other: refuse rather than guess
-                raise DumpError(f"{self.root}: two records are named {r.name!r} (names must be unique within a part)")
-            self._by_name[r.name] = r
+        """Records by name, built at C speed; a name that repeats is refused (one would shadow the other)."""
+        self._by_name = dict(zip(map(_NAME, self.records), self.records))
+        if len(self._by_name) != len(self.records):
+            seen: set[str] = set()
+            for r in self.records:
+                if r.name in seen:  # the first name that repeats, as a part's reader meets it
+                    raise DumpError(f"{self.root}: two records are named {r.name!r} (names must be unique within "
+                                    "a part)")
+                seen.add(r.name)
 
     # -- what a format provides ---------------------------------------------------------------
     @abstractmethod

@@ -17,18 +17,20 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from xxhash import xxh3_64, xxh3_64_hexdigest
 
 from ..base import gcpause
 from ..base.errors import DumpError
 from ..base.record import Record
-from ..base.safepath import read_regular
-from .colindex import COLS_FILE, Columns, load_columns, sound
+from ..base.safepath import open_regular, read_regular
+from .colindex import COLS_FILE, Columns, load_columns_of, sound
 from .colindex import records as columnar_records
 from .format import DTYPES, FORMAT_NAME, READ_VERSIONS, SAFETENSORS_TO_NAME, axes_problem, window_problem
 from .names import KIND_CALL, KIND_TENSOR, line_kind
 
 MAX_META_BYTES = 64 << 20
 MAX_HEADER_BYTES = 100 << 20
+_CHUNK = 1 << 20  # bytes per read while hashing an index
 _PART = re.compile(r"rank\d+/step\d+")  # `data.part`: the part directory holding a record's shard
 META_TEXT_FIELDS = ("framework", "framework_version", "model", "device", "default_dtype", "level", "mode",
                     "capture_backend", "source_format")
@@ -129,35 +131,68 @@ def read_index(index_path: Path) -> tuple[list[Record], list[str], list[dict[str
 
     Other damage (a bad field, a repeated name, a record index out of sequence: a lost or moved line) is a
     DumpError naming file:line and the field. A sound columnar copy beside the index (store/colindex.py)
-    gives the same records in a few C-level calls; without one, the JSON lines are read."""
-    raw = read_regular(index_path, what="index")
-    fast = _read_columns(index_path, raw)
-    return fast if fast is not None else _read_lines(index_path, raw)
+    gives the same records in a few C-level calls (the index itself is only hashed, never held whole);
+    without one, the JSON lines are read."""
+    fast = _read_columns(index_path)
+    return fast if fast is not None else _read_lines(index_path, read_regular(index_path, what="index"))
 
 
-def _read_columns(index_path: Path, raw: bytes) -> tuple[list[Record], list[str], list[dict[str, Any]]] | None:
-    """What _read_lines gives, from the columnar copy when it is a sound copy of exactly `raw`; else None."""
+def _read_columns(index_path: Path, raw: bytes | None = None
+                  ) -> tuple[list[Record], list[str], list[dict[str, Any]]] | None:
+    """What _read_lines gives, from the columnar copy when it is a sound copy of exactly the index's bytes
+    (`raw` when given, else the file hashed as it is read); else None."""
     cols_path = index_path.with_name(COLS_FILE)
-    if (raw and not raw.endswith(b"\n")) or not os.path.lexists(cols_path):
+    if not os.path.lexists(cols_path):
+        return None
+    seen = (len(raw), xxh3_64_hexdigest(raw), raw[-1:]) if raw is not None else _digest(index_path)
+    if seen is None or (seen[0] and seen[2] != b"\n"):
         return None
     try:
-        blob = read_regular(cols_path, what="columnar index", limit=max(len(raw), 1 << 20) * 4)
+        blob = read_regular(cols_path, what="columnar index", limit=max(seen[0], 1 << 20) * 4)
     except DumpError:
         return None
-    cols = load_columns(blob, raw)
+    cols = load_columns_of(blob, seen[0], seen[1])
     if cols is None or not sound(cols, DTYPES, _PART):
         return None
     try:
         with gcpause.paused():  # tens of thousands of records, no cycles: no full collections over the heap
             records = columnar_records(cols)
-        calls = [] if cols.lines == len(records) else _other_lines(index_path, raw, cols)
+        calls = [] if cols.lines == len(records) else _other_lines(index_path, raw, cols, seen)
     except (ValueError, DumpError):
         return None  # the JSON lines name the problem
     return records, [], calls
 
 
-def _other_lines(index_path: Path, raw: bytes, cols: Columns) -> list[dict[str, Any]]:
-    """The call lines among the lines the columnar copy does not hold (read as JSON)."""
+def _digest(path: Path) -> tuple[int, str, bytes] | None:
+    """(size, xxh3 digest, last byte) of a regular file read through one reused buffer, bounded by its size
+    when opened (as read_regular), or None when it cannot be read (read_regular then names the problem): a
+    copy of the index would cost fresh pages."""
+    try:
+        fd, left = open_regular(path, what="index")
+    except DumpError:
+        return None
+    h, size, last = xxh3_64(), 0, b""
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    try:
+        while left > 0 and (k := os.readv(fd, [view[:min(left, _CHUNK)]])):
+            h.update(view[:k])
+            size, left, last = size + k, left - k, view[k - 1:k].tobytes()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return size, h.hexdigest(), last
+
+
+def _other_lines(index_path: Path, raw: bytes | None, cols: Columns, seen: tuple[int, str, bytes]
+                 ) -> list[dict[str, Any]]:
+    """The call lines among the lines the columnar copy does not hold (read as JSON; the bytes read must be
+    the ones hashed)."""
+    if raw is None:
+        raw = read_regular(index_path, what="index")
+        if len(raw) != seen[0] or xxh3_64_hexdigest(raw) != seen[1]:
+            raise ValueError("the index changed while it was read")
     rows = set(cols.ints[:, 2].tolist())
     calls: list[dict[str, Any]] = []
     for lineno, line in enumerate(raw.split(b"\n")[:-1], 1):

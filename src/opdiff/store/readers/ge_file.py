@@ -15,11 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from google.protobuf.message import DecodeError
-
 from ...base.errors import DumpError
 from ..format import numpy_dtype
-from .ge_proto import DATA_TYPES, FORMATS, DumpData
 
 # {OpType}.{op_name}.{task_id}[.{stream_id}].{timestamp}[.{thread/slice fields}]: op names have '/' and '.' folded to '_'
 NAME_RE = re.compile(r"^(?P<type>[A-Za-z0-9_-]+)\.(?P<op>[A-Za-z0-9_-]+)\.(?P<task>\d+)(?:\.(?P<stream>\d+))?"
@@ -123,7 +120,13 @@ def _dtype(data_type: str) -> tuple[str | None, str | None]:
 
 
 def read_file(path: Path) -> GeFile:
-    """Parse one GE dump file's header and lay out its tensors; a header that does not parse is a DumpError."""
+    """Parse one GE dump file's header and lay out its tensors; a header that does not parse is a DumpError.
+    (protobuf and the message classes load here, on the first GE file: not for every command that only
+    recognises a dump's format.)"""
+    from google.protobuf.message import DecodeError
+
+    from .ge_proto import DumpData
+
     raw, size = _header(path)
     msg = DumpData()
     try:
@@ -158,6 +161,8 @@ def _attr_json(msg: Any) -> dict[str, Any] | None:
 
 
 def _tensor(path: Path, role: str, i: int, t: object, offset: int) -> GeTensor:
+    from .ge_proto import DATA_TYPES, FORMATS  # loaded by read_file already
+
     data_type = DATA_TYPES.get(t.data_type, f"DT_{t.data_type}")  # type: ignore[attr-defined]
     dtype, problem = _dtype(data_type)
     shape = tuple(int(d) for d in t.shape.dim)  # type: ignore[attr-defined]
