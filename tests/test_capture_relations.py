@@ -478,3 +478,17 @@ def test_bytes_written_through_an_alias_are_not_read_as_a_window(tmp_path, exclu
 def test_a_long_part_keeps_windows_whatever_index_it_is_read_from(tmp_path):
     d = _long_part(tmp_path / "d", _LONG[:, 1:3].copy(), window=(1, (4, 1)))
     assert d.records[-1].data["window"] == {"offset": 1, "strides": [4, 1]}
+
+
+def test_convert_and_replay_read_windows_as_their_own_values(tmp_path):
+    model, inputs = build("gpt2")
+    _capture(model.eval(), inputs, tmp_path / "d", "api", True)
+    convert(tmp_path / "d", tmp_path / "e")  # every record stored with its own bytes
+    d, e = opdiff.load(tmp_path / "d"), opdiff.load(tmp_path / "e")
+    windows = _windows(d)
+    assert windows and not _windows(e)
+    for a in windows:
+        assert same_bits(e.tensor(e[a.name]), d.tensor(a)) and (e[a.name].hash, e[a.name].stats) == (a.hash, a.stats)
+    node = next(r.node for r in windows if r.op == "torch.Tensor.transpose" and r.direction == "forward")
+    res = replay(d, d, node)  # a transpose whose input and output are both windows of c_attn's output
+    assert res.status == "ok" and res.outputs and all(o["replay_vs_target"]["MaxAbsErr"] == 0.0 for o in res.outputs)
