@@ -308,11 +308,12 @@ def replace_name(r: Record, name: str) -> Record:
     return replace(r, name=name)
 
 
-@pytest.mark.parametrize("width, used", [(len(TEXTS) - 1, True), (len(TEXTS) - 2, False)])
+@pytest.mark.parametrize("width, used", [(len(TEXTS) - 1, True), (len(TEXTS) - 2, True), (len(TEXTS) - 3, False)])
 def test_a_copy_from_before_axes_is_still_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, width: int,
                                                used: bool) -> None:
-    """A copy written before `data.axes` joined the text columns (one fewer code column; its writer took no line
-    with axes) reads as the JSON lines; any other width is refused and the JSON lines are read."""
+    """A copy written before `data.window` or `data.axes` joined the text columns (one or two fewer code columns;
+    its writer took no line with them) reads as the JSON lines; any other width is refused and the JSON lines
+    are read."""
     write_dump(tmp_path / "d", _tensors(), mode="tensor")
     index = _index(tmp_path / "d")
     arrays = ColumnBuilder._arrays

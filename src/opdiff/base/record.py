@@ -87,7 +87,8 @@ class Record:
     source: str | None = None  # "file.py:123" of the user code that made the call
     # {"file": "shards/000000.safetensors", "key": name}; "part": "rank0/step0" when the data lies in another
     # part of the run (format version 2: stored once per dump, docs/format.md); "axes": [1, 0] when the record
-    # reads those bytes under another shape or order (format version 3)
+    # reads those bytes under another shape or order, "window": {"offset": n, "strides": [...]} when it reads a
+    # strided window of them (format version 3)
     data: dict[str, Any] | None = None
     src: str | None = None  # name of the record that produced this tensor, when known
     extra: dict[str, Any] = field(default_factory=dict)  # anything else a capture wants to keep
@@ -237,6 +238,13 @@ def _data(v: Any) -> dict[str, Any] | None:
         if not isinstance(axes, list) or len(axes) > MAX_DIMS or not all(_is_count(a) for a in axes):
             raise ValueError(f"field 'data.axes' must be a list of dimensions, not {_kind(axes)}")
         out["axes"] = list(axes)
+    if v.get("window") is not None:  # format version 3: a strided window of the stored bytes
+        w = v["window"]
+        if not isinstance(w, dict) or set(w) != {"offset", "strides"} or not _is_count(w["offset"]) or not \
+                isinstance(w["strides"], list) or len(w["strides"]) > MAX_DIMS or not all(map(_is_count, w["strides"])):
+            raise ValueError(f"field 'data.window' must be {{'offset': n, 'strides': [...]}} of whole numbers >= 0, "
+                             f"not {str(w)[:80]}")
+        out["window"] = {"offset": w["offset"], "strides": list(w["strides"])}
     return out
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import xxhash
 
 from ..base.record import MAX_DIMS, MAX_NUMEL, Record, Stats
-from .format import axes_problem
+from .format import axes_problem, window_problem
 
 COLS_FILE = "index.cols"
 MAGIC = b"OPDXCOL1"
@@ -34,14 +34,14 @@ MAX_HEADER = 1 << 20
 MIN_RECORDS = 2048  # a part with fewer records gets no copy: its JSON lines read in ~20 ms
 # text fields, in code-column order; None is code -1
 TEXTS = ("name", "node", "module", "op", "level", "direction", "role", "pos", "dtype", "hash", "source", "src",
-         "file", "key", "part", "extra", "axes")  # axes: data.axes as its JSON text (format version 3)
+         "file", "key", "part", "extra", "axes", "window")  # data.axes, data.window as JSON text (version 3)
 _INTERNED = (2, 3, 4, 5, 6, 7, 8, 12)  # module, op, level, direction, role, pos, dtype, file
 _NEEDED = ("name", "node", "module", "op", "level", "direction", "role", "pos", "dtype")  # never None
 _NON_EMPTY = ("name", "node", "op", "level", "direction", "role", "dtype")
 _LINE_KEYS = frozenset({"index", "name", "node", "module", "op", "level", "call", "direction", "role", "pos", "dtype",
                         "shape", "stats", "hash", "source", "src", "data", "extra"})
 _W = 5  # integer columns per record
-_DATA_KEYS = frozenset({"file", "key", "part", "axes"})
+_DATA_KEYS = frozenset({"file", "key", "part", "axes", "window"})
 _COUNTS = ("numel", "nan", "posinf", "neginf", "zeros")
 _FLOATS = ("min", "max", "mean", "std", "norm")
 _STAT_KEYS = frozenset(_COUNTS + _FLOATS)
@@ -188,6 +188,11 @@ def _texts(d: dict[str, Any]) -> list[str | None] | None:
     axes = None if data is None else data.get("axes")
     if axes is not None and (type(axes) is not list or not _INT.issuperset(map(type, axes))):
         return None
+    window = None if data is None else data.get("window")
+    if window is not None and (type(window) is not dict or window.keys() != {"offset", "strides"}
+                               or type(window["offset"]) is not int or type(window["strides"]) is not list
+                               or not _INT.issuperset(map(type, window["strides"]))):
+        return None
     if extra is not None and type(extra) is not dict:
         return None
     out = [d.get("name"), d.get("node"), d.get("module"), d.get("op"), d.get("level"), d.get("direction"),
@@ -200,6 +205,7 @@ def _texts(d: dict[str, Any]) -> list[str | None] | None:
     except (TypeError, ValueError):
         return None
     out.append(None if axes is None else json.dumps(axes, separators=(",", ":")))
+    out.append(None if window is None else json.dumps(window, separators=(",", ":")))
     return out
 
 
@@ -257,11 +263,12 @@ def _parse(blob: bytes, index_bytes: int, index_xxh3: str) -> Columns | None:
 
 
 def _all_texts(codes: np.ndarray) -> np.ndarray:
-    """The code columns of TEXTS: a copy written before `axes` joined them (16 columns) has none of it, as
-    its writer took no line holding data.axes: that column is absent (-1) everywhere. Any other width is
-    left to `sound` to refuse."""
-    if codes.ndim == 2 and codes.shape[1] == len(TEXTS) - 1:
-        return np.concatenate([codes, np.full((len(codes), 1), -1, dtype=codes.dtype)], axis=1)
+    """The code columns of TEXTS: a copy written before `window` (17 columns) or `axes` (16) joined them has
+    none of those, as its writer took no line holding them: those columns are absent (-1) everywhere. Any
+    other width is left to `sound` to refuse."""
+    missing = len(TEXTS) - codes.shape[1] if codes.ndim == 2 else 0
+    if missing in (1, 2):
+        return np.concatenate([codes, np.full((len(codes), missing), -1, dtype=codes.dtype)], axis=1)
     return codes
 
 
@@ -353,7 +360,7 @@ def records(c: Columns) -> list[Record]:
             table[i] = intern(c.table[i])
     table.append(None)  # code -1: the last entry, as numpy indexes it
     cols = np.array(table, dtype=object)[c.codes.T].tolist()  # one C-level take of every text column
-    name, node, module, op, level, direction, role, pos, dtype, hsh, source, src, file, key, part, extra, axes = cols
+    name, node, module, op, level, direction, role, pos, dtype, hsh, source, src, file, key, part, extra, axes, window = cols
     data = [None if f is None else ({"file": f, "key": k} if p is None else {"file": f, "key": k, "part": p})
             for f, k, p in zip(file, key, part)]
     shapes = _shapes(c)
@@ -361,6 +368,10 @@ def records(c: Columns) -> list[Record]:
         for i, a in enumerate(axes):
             if a is not None:
                 data[i] = _with_axes(data[i], a, len(shapes[i]))
+    if window.count(None) != n:  # format version 3's data.window: q, k, v and the like
+        for i, w in enumerate(window):
+            if w is not None:
+                data[i] = _with_window(data[i], w, len(shapes[i]))
     extras = [{} if e is None else _extra(e) for e in extra]
     index, call = c.ints[:, 0].tolist(), c.ints[:, 1].tolist()
     return list(map(Record, index, name, node, module, op, level, call, direction, role, pos, dtype, shapes,
@@ -373,6 +384,14 @@ def _with_axes(data: dict[str, Any] | None, text: str, ndim: int) -> dict[str, A
     if data is None or axes_problem(axes, ndim) is not None:
         raise ValueError("data.axes is not an order of the record's dimensions")
     return {**data, "axes": axes}
+
+
+def _with_window(data: dict[str, Any] | None, text: str, ndim: int) -> dict[str, Any]:
+    """A record's data with its `window` (checked as the JSON path checks it; ValueError sends the reader there)."""
+    window = json.loads(text)
+    if data is None or "axes" in data or window_problem(window, ndim) is not None:
+        raise ValueError("data.window is not an offset and one stride per dimension")
+    return {**data, "window": window}
 
 
 def _extra(text: str) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from .names import node_name, record_name
 
 FORMAT_NAME = "opdiff-dump"
 # 2: a record's data may lie in an earlier part of the run (`data.part`): stored once per dump;
-# 3: a record may read stored bytes under another shape or order (`data.axes`): a reshape, a transpose
+# 3: a record may read stored bytes under another shape or order (`data.axes`): a reshape, a transpose, or a
+#    strided window of them (`data.window`: an element offset and the record's strides; split, narrow, select)
 FORMAT_VERSION = 3
 READ_VERSIONS = (1, 2, 3)  # what the reader accepts (docs/format.md, "Versioning")
 META_FILE = "meta.json"
@@ -75,6 +76,37 @@ def axes_problem(axes: object, ndim: int) -> str | None:
     return None
 
 
+def window_problem(window: object, ndim: int) -> str | None:
+    """Why `window` is not {"offset": n, "strides": [one per dimension]} of whole numbers >= 0 (None when it is);
+    whether it lies inside the stored entry is the reader's check (it knows the entry)."""
+    if not isinstance(window, dict) or set(window) != {"offset", "strides"}:
+        return f"field 'data.window' must be an object with 'offset' and 'strides', not {window!r}"
+    offset, strides = window["offset"], window["strides"]
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        return f"field 'data.window.offset' must be a whole number >= 0, not {offset!r}"
+    if not isinstance(strides, list) or len(strides) != ndim or any(
+            isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in strides):
+        return f"field 'data.window.strides' must be {ndim} whole numbers >= 0, not {strides!r}"
+    return None
+
+
+def window_end(shape: tuple[int, ...], offset: int, strides: tuple[int, ...] | list[int]) -> int:
+    """One past the last stored element a window reads (0 for an empty record): it must not pass the entry's
+    element count."""
+    if any(n == 0 for n in shape):
+        return 0
+    return offset + sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + 1
+
+
+def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a row-major array of `shape` (a window with these reads a contiguous run)."""
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return tuple(reversed(out))
+
+
 def identity_axes(axes: tuple[int, ...] | list[int]) -> bool:
     """Axes that keep the order: the stored bytes under the record's own shape (a reshape)."""
     return all(a == i for i, a in enumerate(axes))
@@ -85,6 +117,6 @@ def part_dir(rank: int, step: int) -> str:
     return f"rank{rank}/step{step}"
 
 
-__all__ = ["axes_base", "axes_problem", "identity_axes", "DTYPES", "FLOAT_DTYPES", "FORMAT_NAME", "FORMAT_VERSION", "INDEX_FILE", "READ_VERSIONS", "META_FILE", "NUMPY_TO_NAME",
+__all__ = ["axes_base", "axes_problem", "identity_axes", "row_major_strides", "window_end", "window_problem", "DTYPES", "FLOAT_DTYPES", "FORMAT_NAME", "FORMAT_VERSION", "INDEX_FILE", "READ_VERSIONS", "META_FILE", "NUMPY_TO_NAME",
            "SAFETENSORS_TO_NAME", "SHARD_DIR", "Record", "Stats", "dtype_name", "node_name", "numpy_dtype", "part_dir",
            "record_name"]

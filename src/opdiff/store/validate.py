@@ -25,7 +25,7 @@ from ..base.record import Record
 from ..base.safepath import open_regular, read_regular
 from .colindex import COLS_FILE, Columns, load_columns_of, sound
 from .colindex import records as columnar_records
-from .format import DTYPES, FORMAT_NAME, READ_VERSIONS, SAFETENSORS_TO_NAME, axes_problem
+from .format import DTYPES, FORMAT_NAME, READ_VERSIONS, SAFETENSORS_TO_NAME, axes_problem, window_problem
 from .names import KIND_CALL, KIND_TENSOR, line_kind
 
 MAX_META_BYTES = 64 << 20
@@ -117,6 +117,12 @@ def check_record(rec: Record) -> None:
         axes = rec.data.get("axes")
         if axes is not None and (why := axes_problem(axes, len(rec.shape))) is not None:
             raise ValueError(why)
+        window = rec.data.get("window")
+        if window is not None:
+            if axes is not None:
+                raise ValueError("fields 'data.axes' and 'data.window' exclude each other (a window says both)")
+            if (why := window_problem(window, len(rec.shape))) is not None:
+                raise ValueError(why)
 
 
 def read_index(index_path: Path) -> tuple[list[Record], list[str], list[dict[str, Any]]]:

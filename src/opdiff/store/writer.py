@@ -38,6 +38,7 @@ from .format import (
     META_FILE,
     SHARD_DIR,
     part_dir,
+    window_end,
 )
 from .names import call_line
 
@@ -106,11 +107,20 @@ def write_safetensors(path: Path, items: list[tuple[str, str, np.ndarray]]) -> N
 
 
 class Reads(NamedTuple):
-    """A record's data given as stored bytes read another way (docs/format.md, "Data", `data.axes`): the bytes
-    `stored` holds, in row-major order, read as axes_base(shape, axes) and transposed by `axes`."""
+    """A record's data given as stored bytes read another way (docs/format.md, "Data"): the bytes `stored`
+    holds, in row-major order, read as axes_base(shape, axes) and transposed by `axes` (`data.axes`), or, with
+    `window` (element offset, strides), the elements at offset + sum(i_k * strides_k) (`data.window`)."""
 
     stored: Record
-    axes: tuple[int, ...]
+    axes: tuple[int, ...] | None
+    window: tuple[int, tuple[int, ...]] | None = None
+
+    def data(self) -> dict[str, Any]:
+        """The record's `data`: the stored record's, with how this record reads it."""
+        assert self.stored.data is not None
+        if self.window is not None:
+            return {**self.stored.data, "window": {"offset": self.window[0], "strides": list(self.window[1])}}
+        return {**self.stored.data, "axes": list(self.axes or ())}
 
 
 _Entry = tuple[Record | dict[str, Any], np.ndarray | Record | Reads | None]
@@ -155,7 +165,7 @@ class _PartWriter:
             if isinstance(arr, Record) and arr.data is not None:
                 rec.data = dict(arr.data)
             elif isinstance(arr, Reads) and arr.stored.data is not None:
-                rec.data = {**arr.stored.data, "axes": list(arr.axes)}
+                rec.data = arr.data()
             d = self._line(rec)
             text = dumps_line(d)
             lines.append(text + "\n")
@@ -272,14 +282,16 @@ class DumpWriter:
         return self._next_index
 
     def add(self, record: Record, array: np.ndarray | None = None, *, same_data_as: Record | None = None,
-            axes: tuple[int, ...] | None = None) -> Record:
+            axes: tuple[int, ...] | None = None, window: tuple[int, tuple[int, ...]] | None = None) -> Record:
         """Queue one record (and its data) in execution order; assigns `record.index`.
 
         `same_data_as`: an earlier record of this run holding the very same bytes (the same tensor, or what
         `stored` found); this record then points at that record's data (`data.key` names the earlier record,
         `data.part` its part when that is another) instead of storing it twice. With `axes` the record reads
         those bytes under its own shape in that order (`data.axes`, format version 3): `same_data_as` must store
-        its own elements (no `axes` of its own) and hold as many of them as this record.
+        its own elements (no `axes` of its own) and hold as many of them as this record. With `window`
+        ((element offset, strides), `data.window`) it reads a strided window of those bytes, which must lie
+        inside them.
         """
         if self._part is None:
             self.begin(0, 0)
@@ -291,9 +303,7 @@ class DumpWriter:
         record.index = self._next_index
         self._next_index += 1
         if array is None and same_data_as is not None:
-            if axes is not None and (same_data_as.numel != record.numel or (same_data_as.data or {}).get("axes")):
-                raise ValueError(f"{record.name!r} cannot read {same_data_as.name!r}'s bytes through axes {axes}")
-            self._batch.append((record, same_data_as if axes is None else Reads(same_data_as, axes)))
+            self._batch.append((record, self._reads(record, same_data_as, axes, window)))
         else:
             self._batch.append((record, array))
         if array is not None:
@@ -306,6 +316,18 @@ class DumpWriter:
         if self._batch_bytes >= self.shard_bytes or len(self._batch) >= self.flush_records:
             self.flush()
         return record
+
+    @staticmethod
+    def _reads(record: Record, stored: Record, axes: tuple[int, ...] | None,
+               window: tuple[int, tuple[int, ...]] | None) -> Record | Reads:
+        """What `add` queues for a record reading `stored`'s bytes: the record itself, or how it reads them."""
+        if axes is None and window is None:
+            return stored
+        if (stored.data or {}).keys() & {"axes", "window"} or stored.dtype != record.dtype or (
+                axes is not None and (window is not None or stored.numel != record.numel)) or (
+                window is not None and window_end(record.shape, *window) > stored.numel):
+            raise ValueError(f"{record.name!r} cannot read {stored.name!r}'s bytes through axes {axes} / window {window}")
+        return Reads(stored, axes, window)
 
     def stored(self, dtype: str, shape: tuple[int, ...], hsh: str) -> Record | None:
         """The record (of any part of this run) that stores a tensor of this dtype, shape and content hash,

@@ -8,6 +8,7 @@ that produced it.
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 
 from ...base.record import Record, Stats
+from ...store.format import row_major_strides, window_end
 from ...store.names import node_name, record_name
 from ...store.stats import content_hash
 from ...store.validate import same_layout
@@ -60,6 +62,8 @@ class Recorder:
         self._seen: dict[int, _Seen] = {}
         self._blocks: dict[tuple, tuple[weakref.ref, int, Stats]] = {}
         self._stored_at: dict[tuple[int, int, str], Record] = {}  # (address, bytes, dtype) -> record storing them
+        # storage address -> records storing bytes in it, this step: what a window reads (`data.window`)
+        self._in_storage: dict[int, list[tuple[int, int, Record]]] = {}  # (address, bytes, record)
         # (dtype, stored hash, stored shape, record shape, axes) -> the reordered record's (hash, statistics), of this
         # step and the one before (what an unchanged weight needs; older entries are dropped)
         self._reordered: dict[tuple[str, str, tuple[int, ...], tuple[int, ...], tuple[int, ...]], tuple[str, Stats]] = {}
@@ -80,6 +84,7 @@ class Recorder:
         self._seen.clear()
         self._blocks.clear()
         self._stored_at.clear()
+        self._in_storage.clear()
         self._reordered_before, self._reordered = self._reordered, {}
 
     def _ensure_part(self) -> None:
@@ -180,12 +185,12 @@ class Recorder:
             return rec
         array = None
         if self.mode == "tensor":
-            array, rec.stats, rec.hash, stored, axes = self._data(t, name, rec.shape, live)
-            if t.device.type == "cpu" and t.is_contiguous():  # where these bytes lie, for a reshaped view of them
-                self._stored_at[(t.data_ptr(), rec.numel * t.element_size(), name)] = stored or rec
+            array, rec.stats, rec.hash, stored, axes, window = self._data(t, name, rec.shape, live)
+            if window is None and t.device.type == "cpu" and t.is_contiguous():  # where these bytes lie
+                self._note_stored(t, name, stored or rec)
             if stored is not None:  # the run already holds these bytes: point at them
                 self._remember(ident, rec, rec.stats, rec.hash, rname if role in _PRODUCING else rec.src)
-                self.writer.add(rec, None, same_data_as=stored, axes=axes)
+                self.writer.add(rec, None, same_data_as=stored, axes=axes, window=window)
                 return rec
         else:
             rec.stats = self._stats(t, name)
@@ -195,11 +200,22 @@ class Recorder:
         self.writer.add(rec, array)
         return rec
 
+    def _note_stored(self, t: torch.Tensor, name: str, rec: Record) -> None:
+        """Remember that `rec` stores the bytes of the contiguous CPU tensor `t`: a reshaped view of them, or a
+        window inside them, recorded later this step reads them instead of storing them again."""
+        addr, nbytes = t.data_ptr(), rec.numel * t.element_size()
+        self._stored_at[(addr, nbytes, name)] = rec
+        if self.relations and nbytes:  # bytes these replace (memory reused, written in place) are no candidates
+            key, end = t.untyped_storage().data_ptr(), addr + nbytes
+            kept = [(a, n, r) for a, n, r in self._in_storage.get(key, ()) if a >= end or a + n <= addr]
+            kept.append((addr, nbytes, rec))
+            self._in_storage[key] = kept
+
     def _data(self, t: torch.Tensor, name: str, shape: tuple[int, ...], live: bool = False
-              ) -> tuple[Any, Stats, str, Record | None, tuple[int, ...] | None]:
-        """Tensor mode: (array to store, statistics, content hash, None, None), or (None, its statistics, hash, the
-        record already storing the same bytes, how this record reads them: None as they lie, else `data.axes`)
-        when the run holds them (docs/format.md, "Data").
+              ) -> tuple[Any, Stats, str, Record | None, tuple[int, ...] | None, tuple[int, tuple[int, ...]] | None]:
+        """Tensor mode: (array to store, statistics, content hash, None, None, None), or (None, its statistics,
+        hash, the record already storing the same bytes, how this record reads them: `data.axes`, `data.window`
+        or neither when they lie as they are) when the run holds them (docs/format.md, "Data").
 
         The hash is taken from the tensor in place, so bytes already stored (a parameter unchanged since the
         last step) are neither copied nor measured again; new bytes are copied (the model may change the
@@ -207,7 +223,10 @@ class Recorder:
         if self.relations and not t.is_contiguous():
             found = self._permuted(t, name, shape)
             if found is not None:
-                return None, *found
+                return None, *found, None
+            windowed = self._window(t, name, shape)
+            if windowed is not None:
+                return None, *windowed
         h = host_contiguous(t)
         view = as_numpy(h, name)
         hsh = content_hash(view, name, shape)
@@ -215,15 +234,19 @@ class Recorder:
         if stored is None and h.data_ptr() == t.data_ptr():
             stored, axes = self._reshaped(view, name, shape)
         if stored is not None and stored.stats is not None:
-            return None, stored.stats, hsh, stored, axes
+            return None, stored.stats, hsh, stored, axes, None
+        if self.relations and h.data_ptr() == t.data_ptr():  # a contiguous run inside stored bytes (split on dim 0)
+            windowed = self._window(t, name, shape, (hsh, view))
+            if windowed is not None:
+                return None, *windowed
         if live and h.data_ptr() == t.data_ptr():  # written from its own memory before it can change (settle)
             self._live = True
-            return view, array_stats(view, name), hsh, None, None
+            return view, array_stats(view, name), hsh, None, None, None
         if h.data_ptr() == t.data_ptr() or h.numel() == 0:
             array, stats = copy_with_stats(view, name)
         else:  # already a copy of ours (another device, a strided tensor made contiguous)
             array, stats = view, array_stats(view, name)
-        return array, stats, hsh, None, None
+        return array, stats, hsh, None, None, None
 
     def _reshaped(self, view: Any, name: str, shape: tuple[int, ...]) -> tuple[Record | None, tuple[int, ...] | None]:
         """The record storing these very bytes under another shape, and None when readers take them as they lie
@@ -272,6 +295,54 @@ class Recorder:
         hsh, stats = known
         same = self.writer.stored(name, shape, hsh)  # these elements already stored in this order: read as they lie
         return (stats, hsh, same, None) if same is not None else (stats, hsh, cand, axes)
+
+    def _window(self, t: torch.Tensor, name: str, shape: tuple[int, ...], mine: tuple[str, Any] | None = None
+                ) -> tuple[Stats, str, Record, tuple[int, ...] | None, tuple[int, tuple[int, ...]] | None] | None:
+        """(statistics, hash, stored record, axes, window: (element offset, strides)) of a CPU tensor whose elements all lie
+        inside bytes stored this step (q, k and v: `split`, `view`, `transpose` of one projection's output),
+        proved as _reshaped proves it (the stored record's memory, hashed again, gives its hash); None otherwise.
+        `mine`: the tensor's own (hash, contiguous numpy view) when it is contiguous.
+
+        The record keeps its own hash and statistics (its elements in its own row-major order); when the run
+        already stores exactly those elements, it reads them as they lie instead (the window is None)."""
+        if t.device.type != "cpu" or type(t) is not torch.Tensor or t.is_conj() or t.is_neg() or t.numel() == 0:
+            return None
+        storage = t.untyped_storage()
+        cands = self._in_storage.get(storage.data_ptr())
+        if not cands:
+            return None
+        size, base_ptr, addr = t.element_size(), storage.data_ptr(), t.data_ptr()
+        strides = tuple(t.stride())
+        for start, _, cand in reversed(cands):  # the latest first: bytes written last
+            delta = addr - start
+            if cand.dtype != name or cand.hash is None or delta < 0 or delta % size or min(strides, default=0) < 0 \
+                    or window_end(shape, delta // size, strides) > cand.numel \
+                    or (start - base_ptr) % size or start - base_ptr + cand.numel * size > storage.nbytes():
+                continue
+            whole = t.detach().as_strided((cand.numel,), (1,), (start - base_ptr) // size)
+            if content_hash(as_numpy(whole, name), name, cand.shape) != cand.hash:
+                continue
+            if mine is None:
+                view = as_numpy(host_contiguous(t), name)
+                hsh = content_hash(view, name, shape)
+            else:
+                hsh, view = mine
+            same = self.writer.stored(name, shape, hsh)
+            if same is not None and same.stats is not None:  # these elements already stored as they lie
+                return same.stats, hsh, same, None, None
+            return (array_stats(view, name), hsh, cand, *self._plainest(cand, shape, delta // size, strides))
+        return None
+
+    @staticmethod
+    def _plainest(cand: Record, shape: tuple[int, ...], offset: int, strides: tuple[int, ...]
+                  ) -> tuple[tuple[int, ...] | None, tuple[int, tuple[int, ...]] | None]:
+        """(axes, window) of a record reading all of `cand`'s elements as they lie: nothing (the same layout) or a
+        reshape (identity axes), as format version 3's earlier forms say it; any other window as it is."""
+        whole = offset == 0 and math.prod(shape) == cand.numel and all(
+            n == 1 or s == d for n, s, d in zip(shape, strides, row_major_strides(shape)))
+        if not whole:
+            return None, (offset, strides)
+        return (None if same_layout(cand.shape, shape) else tuple(range(len(shape)))), None
 
     @staticmethod
     def _measure_reordered(t: torch.Tensor, raw: Any, name: str, shape: tuple[int, ...],

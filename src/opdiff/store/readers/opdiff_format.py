@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -25,6 +25,8 @@ from ..format import (
     identity_axes,
     numpy_dtype,
     part_dir,
+    row_major_strides,
+    window_end,
 )
 from ..source import Dump, TensorSpan
 from ..stats import content_hash
@@ -106,6 +108,13 @@ def _scan_parts(root: Path) -> list[tuple[int, int]]:
 NAME = "opdiff"
 
 
+class _Window(NamedTuple):
+    """A record's elements at offset + sum(i_k * strides_k) of its stored entry's elements (`data.window`)."""
+
+    offset: int
+    strides: tuple[int, ...]
+
+
 @dataclass
 class OpdiffDump(Dump):
     """One (rank, step) part of a run captured by opdiff."""
@@ -136,24 +145,28 @@ class OpdiffDump(Dump):
 
     def span(self, rec: Record) -> TensorSpan | np.ndarray:
         """Where the record's bytes lie in its shard; the shard's header and the record must agree. A record that
-        reads stored bytes in another order (`data.axes`, format version 3) is an array: those bytes reordered
-        into the record's shape, checked against the record's own hash."""
-        path, start, axes = self._where(rec)
-        if axes is not None:
-            return self._reordered(rec, path, start, axes)
+        reads stored bytes in another order (`data.axes`) or a strided window of them (`data.window`, format
+        version 3) is an array: those elements copied into the record's shape, checked against its own hash."""
+        path, start, how = self._where(rec)
+        if isinstance(how, _Window):
+            return self._windowed(rec, path, start, how)
+        if how is not None:
+            return self._reordered(rec, path, start, how)
         return TensorSpan(path=path, offset=start, dtype=rec.dtype, shape=tuple(rec.shape), hash=rec.hash)
 
     def locate(self, rec: Record) -> tuple[Path, int] | None:
         """(shard, offset) of the record's bytes (span's checks); None when they lie in another order (span
-        reorders them)."""
-        path, start, axes = self._where(rec)
-        return (path, start) if axes is None else None
+        copies them)."""
+        path, start, how = self._where(rec)
+        return (path, start) if how is None else None
 
-    def _where(self, rec: Record) -> tuple[Path, int, tuple[int, ...] | None]:
-        """(shard, offset, axes) of the record's bytes; axes None when they lie raw in the record's own order.
+    def _where(self, rec: Record) -> tuple[Path, int, tuple[int, ...] | _Window | None]:
+        """(shard, offset, how) of the record's bytes; how is None when they lie raw in the record's own order
+        from that offset (a window over a contiguous run of elements included), else its axes or window.
 
-        Without `data.axes` the shard's entry must have the record's dtype and shape (size-1 dimensions aside);
-        with it, its dtype and element count (the relation says how the record reads them)."""
+        Without `data.axes` or `data.window` the shard's entry must have the record's dtype and shape (size-1
+        dimensions aside); with axes, its dtype and element count; with a window, its dtype, and the window must
+        lie inside the entry's elements."""
         data = rec.data
         if data is None:
             raise DumpError(f"{self.dir}: record {rec.name!r} has no tensor data (captured in stats or hash mode)")
@@ -163,7 +176,9 @@ class OpdiffDump(Dump):
         if entry is None:
             raise DumpError(f"{h.path}: shard has no tensor {data['key']!r} (record {rec.name!r})")
         dtype, shape, start, _end = entry
-        axes = data.get("axes")
+        axes, window = data.get("axes"), data.get("window")
+        if window is not None:
+            return self._window_of(rec, h.path, entry, window)
         if axes is None:
             if dtype != rec.dtype or (shape != rec.shape and not same_layout(shape, tuple(rec.shape))):
                 raise DumpError(f"{h.path}: tensor {data['key']!r} is {dtype}{list(shape)} in the shard but "
@@ -174,6 +189,39 @@ class OpdiffDump(Dump):
                             f"{rec.name!r} reads it as {rec.dtype}{list(rec.shape)} (data.axes {list(axes)})")
         return h.path, start, None if identity_axes(axes) else tuple(axes)
 
+    @staticmethod
+    def _window_of(rec: Record, path: Path, entry: tuple[str, tuple[int, ...], int, int], window: dict[str, Any]
+                   ) -> tuple[Path, int, _Window | None]:
+        """(shard, offset, window) of a record reading a window of an entry; a window over a contiguous run is
+        (shard, the run's offset, None). Refused when it passes the entry's end or names another dtype."""
+        dtype, shape, start, _end = entry
+        offset, strides = window["offset"], tuple(window["strides"])
+        if dtype != rec.dtype or len(strides) != len(rec.shape) or window_end(tuple(rec.shape), offset, strides) > \
+                math.prod(shape):
+            raise DumpError(f"{path}: record {rec.name!r} reads {rec.dtype}{list(rec.shape)} at offset {offset}, "
+                            f"strides {list(strides)} of tensor {rec.data['key'] if rec.data else ''!r}, which is "
+                            f"{dtype}{list(shape)} (data.window out of bounds)")
+        dense = row_major_strides(tuple(rec.shape))
+        if all(n == 1 or s == d for n, s, d in zip(rec.shape, strides, dense)):
+            return path, start + offset * numpy_dtype(dtype).itemsize, None
+        return path, start, _Window(offset, strides)
+
+    def _windowed(self, rec: Record, path: Path, start: int, window: _Window) -> np.ndarray:
+        """The record's elements from a strided window of stored bytes (a copy), verified against the record's
+        hash: damage to the bytes it reads flags it, damage elsewhere in the entry does not."""
+        np_dtype = numpy_dtype(rec.dtype)
+        if rec.numel == 0:
+            return np.zeros(rec.shape, dtype=np_dtype)
+        n = window_end(tuple(rec.shape), *window)  # checked inside the entry by _where
+        stored = np.memmap(path, dtype=np_dtype, mode="r", offset=start, shape=(n,))
+        view = np.lib.stride_tricks.as_strided(stored[window.offset:], shape=tuple(rec.shape),
+                                               strides=[s * np_dtype.itemsize for s in window.strides],
+                                               writeable=False)
+        out = np.ascontiguousarray(view)
+        del view, stored
+        self._check_hash(rec, path, out, f"data.window offset {window.offset}, strides {list(window.strides)}")
+        return out
+
     def _reordered(self, rec: Record, path: Path, start: int, axes: tuple[int, ...]) -> np.ndarray:
         """The record's elements from stored bytes read as axes_base(shape, axes) and transposed by `axes` (a
         copy), verified against the record's hash: damage to the stored bytes flags every record reading them."""
@@ -183,10 +231,15 @@ class OpdiffDump(Dump):
         stored = np.memmap(path, dtype=np_dtype, mode="r", offset=start, shape=(rec.numel,))
         out = _reorder(stored.reshape(axes_base(tuple(rec.shape), axes)), axes)
         del stored
-        if rec.hash and rec.hash.startswith("xxh3:") and content_hash(out, rec.dtype, tuple(rec.shape)) != rec.hash:
-            raise DumpError(f"{path}: tensor {rec.name!r} (read through data.axes {list(axes)}) does not match its "
-                            "recorded hash (corrupt shard)")
+        self._check_hash(rec, path, out, f"data.axes {list(axes)}")
         return out
+
+    @staticmethod
+    def _check_hash(rec: Record, path: Path, out: np.ndarray, how: str) -> None:
+        """A copied record's elements must give its recorded hash (the bytes it reads are undamaged)."""
+        if rec.hash and rec.hash.startswith("xxh3:") and content_hash(out, rec.dtype, tuple(rec.shape)) != rec.hash:
+            raise DumpError(f"{path}: tensor {rec.name!r} (read through {how}) does not match its "
+                            "recorded hash (corrupt shard)")
 
     def check(self) -> None:
         """Every shard the index refers to resolves inside the dump, is a regular file with a sound header
