@@ -42,6 +42,9 @@ class _Seen:
     producer: str | None  # first *output* record holding it
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # tensor types whose storage windows are looked for in
+
+
 def _version(t: torch.Tensor) -> int | None:
     try:
         return t._version
@@ -205,7 +208,9 @@ class Recorder:
         window inside them, recorded later this step reads them instead of storing them again."""
         addr, nbytes = t.data_ptr(), rec.numel * t.element_size()
         self._stored_at[(addr, nbytes, name)] = rec
-        if self.relations and nbytes:  # bytes these replace (memory reused, written in place) are no candidates
+        # bytes these replace (memory reused, written in place) are no candidates; a tensor subclass (a
+        # sequence-parallel shard's collective wrapper) has no storage of its own to find windows in
+        if self.relations and nbytes and type(t) in _PLAIN:
             key, end = t.untyped_storage().data_ptr(), addr + nbytes
             kept = [(a, n, r) for a, n, r in self._in_storage.get(key, ()) if a >= end or a + n <= addr]
             kept.append((addr, nbytes, rec))
