@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,7 +99,7 @@ def test_the_reading_records_on_disk_name_the_stored_key_and_the_version(tmp_pat
     _capture(model.eval(), inputs, tmp_path / "d", "aten", True)
     meta = json.loads((tmp_path / "d/meta.json").read_text())
     assert meta["format_version"] == 3
-    lines = [json.loads(x) for x in (tmp_path / "d/rank0/step0/index.jsonl").read_text().splitlines()]
+    lines = _index_lines(tmp_path / "d")
     mm = next(x for x in lines if x.get("name") == "lm_head/aten.mm.default#0/forward/input/1")
     assert mm["data"] == {"file": mm["data"]["file"], "key": "transformer.wte/parameter#0/forward/parameter/weight",
                           "axes": [1, 0]}
@@ -245,6 +246,23 @@ def test_the_reader_reorders_stored_bytes_as_axes_say(tmp_path, shape, axes):
     assert (d.locate(rec) is None) == (list(axes) != sorted(axes))  # a reshape reads zero-copy
 
 
+def _index_lines(dump: Path) -> list[dict]:
+    """The records' lines of a one-part dump's index, parsed (to damage them by hand)."""
+    return [json.loads(x) for x in (dump / "rank0/step0/index.jsonl").read_text().splitlines()]
+
+
+def _write_index(dump: Path, lines: list[dict]) -> None:
+    (dump / "rank0/step0/index.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def _refused_in_one_line(dump: Path, problem: str) -> None:
+    """Opening `dump` or reading its second record fails with one line that names the dump and `problem`."""
+    with pytest.raises(DumpError, match=problem) as err:
+        d = opdiff.load(dump)
+        d.tensor(d.records[1])
+    assert "\n" not in str(err.value) and str(dump) in str(err.value)
+
+
 @pytest.mark.parametrize("edit, problem", [
     ({"axes": [0, 0]}, "not an order of the record's 2 dimensions"),
     ({"axes": [1]}, "not an order of the record's 2 dimensions"),
@@ -254,8 +272,7 @@ def test_the_reader_reorders_stored_bytes_as_axes_say(tmp_path, shape, axes):
 ])
 def test_a_bad_relation_is_one_line_naming_the_file(tmp_path, edit, problem):
     _one_record(tmp_path / "d", np.ones((4, 6), np.float32), (6, 4), (1, 0))
-    index = tmp_path / "d/rank0/step0/index.jsonl"
-    lines = [json.loads(x) for x in index.read_text().splitlines()]
+    lines = _index_lines(tmp_path / "d")
     for k, v in edit.items():
         if k == "axes":
             lines[1]["data"]["axes"] = v
@@ -263,11 +280,8 @@ def test_a_bad_relation_is_one_line_naming_the_file(tmp_path, edit, problem):
             lines[1].pop(k)
         else:
             lines[1][k] = v
-    index.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    with pytest.raises(DumpError, match=problem) as err:
-        d = opdiff.load(tmp_path / "d")
-        d.tensor(d.records[1])
-    assert "\n" not in str(err.value) and str(tmp_path / "d") in str(err.value)
+    _write_index(tmp_path / "d", lines)
+    _refused_in_one_line(tmp_path / "d", problem)
 
 
 def test_a_wrong_hash_through_axes_is_refused(tmp_path):
@@ -383,27 +397,22 @@ def test_the_reader_reads_a_window_as_numpy_strides_say(tmp_path, what):
 ])
 def test_a_window_outside_its_stored_tensor_is_one_line_naming_the_file(tmp_path, window, problem):
     _one_window(tmp_path / "d", _STORED, _STORED[0, :2])
-    index = tmp_path / "d/rank0/step0/index.jsonl"
-    lines = [json.loads(x) for x in index.read_text().splitlines()]
+    lines = _index_lines(tmp_path / "d")
     lines[1]["data"]["window"] = window
-    index.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    with pytest.raises(DumpError, match=problem) as err:
-        d = opdiff.load(tmp_path / "d")
-        d.tensor(d.records[1])
-    assert "\n" not in str(err.value) and str(tmp_path / "d") in str(err.value)
+    _write_index(tmp_path / "d", lines)
+    _refused_in_one_line(tmp_path / "d", problem)
 
 
 def test_a_window_with_axes_or_another_dtype_is_refused(tmp_path):
     _one_window(tmp_path / "d", _STORED, _STORED[0, :2])
-    index = tmp_path / "d/rank0/step0/index.jsonl"
-    lines = [json.loads(x) for x in index.read_text().splitlines()]
+    lines = _index_lines(tmp_path / "d")
     lines[1]["data"]["axes"] = [0, 1]
-    index.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    _write_index(tmp_path / "d", lines)
     with pytest.raises(DumpError, match="exclude each other"):
         opdiff.load(tmp_path / "d")
     del lines[1]["data"]["axes"]
     lines[1]["dtype"] = "int32"
-    index.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    _write_index(tmp_path / "d", lines)
     d = opdiff.load(tmp_path / "d")
     with pytest.raises(DumpError, match="out of bounds"):
         d.tensor(d.records[1])
