@@ -510,22 +510,29 @@ def _plain_rows(a: np.ndarray, c: np.ndarray, ng: np.ndarray, raw_cos: np.ndarra
     nf = n.astype(np.float64)
     cosine = np.where(diff == 0, 1.0, np.minimum(1.0, np.maximum(-1.0, raw_cos)))
     euc = np.sqrt(a[:, K.A_SUM_D2])
-    g_sh = np.array([s[0] for s in shifts])
-    t_sh = np.array([s[1] for s in shifts])
+    sh = np.array(shifts, dtype=np.float64).reshape(len(shifts), 2)
     g_mc, t_mc = a[:, K.A_SUM_GC] / nf, a[:, K.A_SUM_TC] / nf
     g_std = np.sqrt(np.maximum(a[:, K.A_SUM_GC2] / nf - g_mc * g_mc, 0.0))
     t_std = np.sqrt(np.maximum(a[:, K.A_SUM_TC2] / nf - t_mc * t_mc, 0.0))
-    kl = []
-    for sl, sa, sb, sd in a[:, [K.A_KL_SL, K.A_KL_SA, K.A_KL_SB, K.A_KL_SD]].tolist():
-        v = sl / sa - _log_ratio(sa, sb, sd)
-        kl.append(0.0 if abs(v) < K.EPS64 else v)
+    kl = _kl_rows(a)
     max_ad = a[:, K.A_MAX_AD].tolist()
-    nmae = [(m / x) if x else None for m, x in zip(max_ad, absmax)]
+    if None in absmax:
+        nmae = [(m / x) if x else None for m, x in zip(max_ad, absmax)]
+        nmae_col = np.array([np.nan if v is None else v for v in nmae], dtype=np.float64)
+        absmax_col = np.array([np.nan if v is None else v for v in absmax], dtype=np.float64)
+    else:
+        absmax_col = np.array(absmax, dtype=np.float64)
+        nz = absmax_col != 0.0
+        if nz.all():  # the same IEEE division as the line below, by numpy
+            nmae_col = a[:, K.A_MAX_AD] / absmax_col
+            nmae = nmae_col.tolist()
+        else:
+            nmae = [(m / x) if x else None for m, x in zip(max_ad, absmax)]
+            nmae_col = np.array([np.nan if v is None else v for v in nmae], dtype=np.float64)
     arrays = (cosine, a[:, K.A_MAX_AD], a[:, K.A_MAX_REL], a[:, K.A_SUM_AD] / nf, a[:, K.A_SUM_REL] / nf,
               np.sqrt(a[:, K.A_SUM_D2] / nf), a[:, K.A_SUM_ACC], a[:, K.A_MAX_ACC], a[:, K.A_SUM_ACC] / nf, euc / ng,
               euc, np.array(kl, dtype=np.float64), g_std, t_std, a[:, K.A_CNT_1K] / nf, a[:, K.A_CNT_5K] / nf,
-              np.array([np.nan if v is None else v for v in nmae], dtype=np.float64), g_sh + g_mc, t_sh + t_mc,
-              np.array([np.nan if v is None else v for v in absmax], dtype=np.float64))
+              nmae_col, sh[:, 0] + g_mc, sh[:, 1] + t_mc, absmax_col)
     cols = [x.tolist() for x in arrays]
     cols[1], cols[11], cols[16], cols[19] = max_ad, kl, nmae, absmax  # as computed (None kept)
     rows = len(n)
@@ -540,6 +547,18 @@ def _plain_rows(a: np.ndarray, c: np.ndarray, ng: np.ndarray, raw_cos: np.ndarra
         table[key] = col.astype(np.float64)
     table[M.NONFINITE_MISMATCH] = np.zeros(rows)
     return list(map(dict, map(zip, repeat(_PLAIN_KEYS), zip(*every)))), table  # type: ignore[arg-type]  # in C
+
+
+def _kl_rows(a: np.ndarray) -> list[float]:
+    """_finalize_plain's KL divergence of each row of accumulators: its own operations (`_log_ratio` inlined)."""
+    kl = []
+    log1p, log = math.log1p, math.log
+    eps = K.EPS64
+    for sl, sa, sb, sd in a[:, [K.A_KL_SL, K.A_KL_SA, K.A_KL_SB, K.A_KL_SD]].tolist():
+        x = sd / sb
+        v = sl / sa - (log1p(x) if x > -0.5 else log(sa) - log(sb))
+        kl.append(0.0 if abs(v) < eps else v)
+    return kl
 
 
 _COUNT_IDX = [K.C_DIFF, K.C_G_NAN, K.C_G_PINF, K.C_G_NINF, K.C_T_NAN, K.C_T_PINF, K.C_T_NINF]
