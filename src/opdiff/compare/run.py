@@ -479,7 +479,7 @@ def _located(dump: Dump, recs: list[Record]) -> list[tuple[Path, int] | None | b
     """Dump.locate of each record; False for one it refuses (a DumpError or TensorDataError: compare_pair names
     it), None for one it answers by span() only."""
     try:
-        return list(map(dump.locate, recs))  # type: ignore[arg-type]
+        return list(map(dump.locate, recs))
     except (TensorDataError, DumpError):
         pass
     out: list[tuple[Path, int] | None | bool] = []
@@ -571,8 +571,8 @@ def small_pair_results(golden: Dump, target: Dump, plan: PairPlan, positions: li
         at = at[judge.passing(table.columns, at, gd, td, floor, "tensor")]
         done = [where[k] for k in at.tolist()]
         same = (table.columns[M.DIFF_COUNT][at] == 0.0).tolist() if gd == td else [False] * len(done)
-        out.update(zip(done, _passed(list(map(pairs.__getitem__, done)), list(map(out.__getitem__, done)), cls,
-                                     same)))
+        plain: list[Metrics] = list(map(out.__getitem__, done))  # type: ignore[arg-type]  # plain rows: metrics
+        out.update(zip(done, _passed(list(map(pairs.__getitem__, done)), plain, cls, same)))
     return out
 
 

@@ -150,8 +150,8 @@ def _fold_group(gold: Side, targ: Side, ks: list[int], g_data: list[np.ndarray |
                 t_data: list[np.ndarray | None], table: MetricTable, numels: list[int]) -> None:
     """The pairs `ks` (one dtype per side) laid end to end, folded by one kernel call, finalized."""
     kd = kernel_dtype(gold.dtype[ks[0]], targ.dtype[ks[0]])
-    g_all = _upcast(np.concatenate([g_data[k] for k in ks]), kd)  # type: ignore[misc]  # all read: grouped
-    t_all = _upcast(np.concatenate([t_data[k] for k in ks]), kd)  # type: ignore[misc]
+    g_all = _upcast(np.concatenate([g_data[k] for k in ks]), kd)  # all read: grouped
+    t_all = _upcast(np.concatenate([t_data[k] for k in ks]), kd)
     offsets = np.zeros(len(ks) + 1, dtype=np.int64)
     np.cumsum([numels[k] for k in ks], out=offsets[1:])
     params, absmax, shifts = _group_params(gold, targ, ks, g_all, t_all, offsets)

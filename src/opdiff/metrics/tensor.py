@@ -524,7 +524,8 @@ def _plain_rows(a: np.ndarray, c: np.ndarray, ng: np.ndarray, raw_cos: np.ndarra
         absmax_col = np.array(absmax, dtype=np.float64)
         nz = absmax_col != 0.0
         if nz.all():  # the same IEEE division as the line below, by numpy
-            nmae_col = a[:, K.A_MAX_AD] / absmax_col
+            with np.errstate(all="ignore"):  # overflow gives inf, as in Python
+                nmae_col = a[:, K.A_MAX_AD] / absmax_col
             nmae = nmae_col.tolist()
         else:
             nmae = [(m / x) if x else None for m, x in zip(max_ad, absmax)]
