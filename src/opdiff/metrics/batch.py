@@ -18,6 +18,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import chain
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,7 @@ READ_MAX = 16 << 20  # bytes one read spans at most
 _FILE_SPAN = 1 << 40  # offsets below this are sorted by file and offset as one int64 key (larger: by Python)
 
 Range = tuple[float | None, float | None, float]
+_DTYPE = attrgetter("dtype")
 
 
 @dataclass(slots=True)
@@ -120,6 +122,18 @@ def side_table(gold: Side, targ: Side, ws: Workspace) -> MetricTable:
     g_data, t_data = read_side(gold, ws), read_side(targ, ws)
     numels = list(map(math.prod, gold.shape))
     same = gold.shape == targ.shape  # every pair's shapes equal (compare's batches): no test per pair
+    if same and 0 not in numels and set(map(type, g_data)) == set(map(type, t_data)) == {np.ndarray}:
+        ok = list(range(n))  # every pair read, none empty: no test per pair either
+    else:
+        ok = _compared(gold, targ, g_data, t_data, numels, same, out)
+    for ks in _by_dtypes(ok, g_data, t_data).values():
+        _fold_group(gold, targ, ks, g_data, t_data, table, numels)
+    return table
+
+
+def _compared(gold: Side, targ: Side, g_data: list[np.ndarray | None], t_data: list[np.ndarray | None],
+              numels: list[int], same: bool, out: list[Metrics | None]) -> list[int]:
+    """The pairs to fold (both sides read, of one shape, not empty); an empty pair's metrics set in `out`."""
     ok: list[int] = []
     for k, (g, t, m) in enumerate(zip(g_data, t_data, numels)):
         if not same and gold.shape[k] != targ.shape[k] and tuple(gold.shape[k]) != tuple(targ.shape[k]):
@@ -128,16 +142,17 @@ def side_table(gold: Side, targ: Side, ws: Workspace) -> MetricTable:
             out[k] = na_metrics("empty tensor: nothing to compare", numel=0)
         elif g is not None and t is not None:
             ok.append(k)
-    for ks in _by_dtypes(ok, g_data, t_data).values():
-        _fold_group(gold, targ, ks, g_data, t_data, table, numels)
-    return table
+    return ok
 
 
 def _by_dtypes(ok: list[int], g_data: list[np.ndarray | None], t_data: list[np.ndarray | None]
                ) -> dict[tuple[np.dtype, np.dtype], list[int]]:
     """The read pairs `ok` grouped by their two dtypes (one kernel call each)."""
-    gd = [g_data[k].dtype for k in ok]  # type: ignore[union-attr]  # ok: both read
-    td = [t_data[k].dtype for k in ok]  # type: ignore[union-attr]
+    if len(ok) == len(g_data):  # every pair
+        gd, td = list(map(_DTYPE, g_data)), list(map(_DTYPE, t_data))
+    else:
+        gd = [g_data[k].dtype for k in ok]  # type: ignore[union-attr]  # ok: both read
+        td = [t_data[k].dtype for k in ok]  # type: ignore[union-attr]
     if ok and len(set(gd)) == 1 and len(set(td)) == 1:
         return {(gd[0], td[0]): ok}
     groups: dict[tuple[np.dtype, np.dtype], list[int]] = defaultdict(list)
@@ -150,10 +165,11 @@ def _fold_group(gold: Side, targ: Side, ks: list[int], g_data: list[np.ndarray |
                 t_data: list[np.ndarray | None], table: MetricTable, numels: list[int]) -> None:
     """The pairs `ks` (one dtype per side) laid end to end, folded by one kernel call, finalized."""
     kd = kernel_dtype(gold.dtype[ks[0]], targ.dtype[ks[0]])
-    g_all = _upcast(np.concatenate([g_data[k] for k in ks]), kd)  # all read: grouped
-    t_all = _upcast(np.concatenate([t_data[k] for k in ks]), kd)
+    every = len(ks) == len(g_data)  # ks is then every pair in order (a subsequence of range(n) as long)
+    g_all = _upcast(np.concatenate(g_data if every else [g_data[k] for k in ks]), kd)  # type: ignore[arg-type]
+    t_all = _upcast(np.concatenate(t_data if every else [t_data[k] for k in ks]), kd)  # type: ignore[arg-type]
     offsets = np.zeros(len(ks) + 1, dtype=np.int64)
-    np.cumsum([numels[k] for k in ks], out=offsets[1:])
+    np.cumsum(numels if every else [numels[k] for k in ks], out=offsets[1:])
     params, absmax, shifts = _group_params(gold, targ, ks, g_all, t_all, offsets)
     acc = np.zeros((len(ks), K.N_ACC), dtype=np.float64)
     cnt = np.zeros((len(ks), K.N_CNT), dtype=np.int64)
@@ -163,9 +179,13 @@ def _fold_group(gold: Side, targ: Side, ks: list[int], g_data: list[np.ndarray |
     numel = np.diff(offsets).tolist()
     metrics, rows, cols = finalize_table(acc, cnt, numel, absmax, shifts)
     out = table.metrics
-    for k, m in zip(ks, metrics):
-        out[k] = m
-    at = np.array(ks, dtype=np.int64)[rows]
+    if every:
+        out[:] = metrics
+        at = rows
+    else:
+        for k, m in zip(ks, metrics):
+            out[k] = m
+        at = np.array(ks, dtype=np.int64)[rows]
     table.plain[at] = True
     n = len(out)
     for key, col in cols.items():
