@@ -296,7 +296,7 @@ def _file_runs(side: Side, files: list[int], sizes: list[int]) -> list[tuple[lis
     paths, offsets, nbytes = side.path, side.offset, sizes
     if len(files) != len(paths):
         paths, offsets, nbytes = ([x[k] for k in files] for x in (paths, offsets, sizes))  # type: ignore[assignment]
-    ids = np.array(list(map(id, paths)), dtype=np.int64)  # by the path object: sources of a shard share it
+    ids = np.array(list(map(id, paths)), dtype=np.uint64)  # by the path object: sources of a shard share it
     lo = np.array(offsets, dtype=np.int64)
     hi = lo + np.array(nbytes, dtype=np.int64)
     if lo.min() < 0 or hi.max() >= _FILE_SPAN:
