@@ -108,3 +108,41 @@ def test_refused_pickle_is_refused_on_the_fast_path(tmp_path):
     with pytest.raises(PtError, match="refused"):
         torch_pt._read_fast(evil)
     assert not marker.exists()
+
+
+def test_pickle_memo_unpickles_each_layout_once_and_reads_the_same(tmp_path):
+    """Files that share torch.save's pickle (same dtype, shape, stride) reuse one unpickled result;
+    a different layout is its own entry; with or without the memo the tensors read bitwise the same."""
+    g = torch.Generator().manual_seed(5)
+    tensors = [torch.randn(64, generator=g) for _ in range(3)] + [torch.randn(8, 8, generator=g),
+                                                                 torch.randn(64, generator=g).to(torch.float16)]
+    memo = torch_pt.PickleMemo()
+    for i, t in enumerate(tensors):
+        path = tmp_path / f"t{i}.pt"
+        torch.save(t, path)
+        got, plain = read_pt(path, memo), read_pt(path)
+        assert got == plain and got.path == path
+        assert got.array().tobytes() == t.numpy().tobytes()
+    assert len(memo._got) == 3  # 3 x fp32[64] share one pickle; fp32[8,8] and fp16[64] differ
+
+
+def test_pickle_memo_never_keeps_a_refusal_or_grows_past_its_limit(tmp_path):
+    """A refused pickle is refused again on each file, naming that file; nothing is run or kept."""
+    marker = tmp_path / "MARKER"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    memo = torch_pt.PickleMemo(limit=1)
+    for name in ("evil1.pt", "evil2.pt"):
+        evil = tmp_path / name
+        torch.save(Payload(), evil)
+        with pytest.raises(PtError, match="refused to load") as exc:
+            read_pt(evil, memo)
+        assert str(evil) in str(exc.value) and "\n" not in str(exc.value)
+    assert not marker.exists() and not memo._got
+    for i, n in enumerate((5, 6)):
+        torch.save(torch.ones(n), tmp_path / f"ok{i}.pt")
+        assert read_pt(tmp_path / f"ok{i}.pt", memo).shape == (n,)
+    assert len(memo._got) == 1  # the limit holds; the second layout still reads

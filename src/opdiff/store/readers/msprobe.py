@@ -22,7 +22,7 @@ from ..source import Dump, TensorSpan
 from .msprobe_checksum import mismatch
 from .msprobe_records import DUMP_JSON, TENSOR_DIR, read_part
 from .npy_files import read_header
-from .torch_pt import read_pt
+from .torch_pt import PickleMemo, read_pt
 
 NAME = "msprobe"
 _STEP_RE = re.compile(r"^step(\d+)$")
@@ -104,6 +104,7 @@ class MsprobeDump(Dump):
     def __init__(self, path: Path, part_dirs: dict[tuple[int, int], Path], rank: int, step: int):
         self._part_dirs = part_dirs
         self._verified: set[str] = set()
+        self._pickles = PickleMemo()  # torch.save's data.pkl repeats across files: unpickle each kind once
         self.dir = part_dirs[(rank, step)]
         records, header, problems = read_part(self.dir)
         problems += _missing_files(self.dir, records)
@@ -125,7 +126,7 @@ class MsprobeDump(Dump):
             raise DumpError(f"{self.dir}: record {rec.name!r} has no tensor data (msprobe {self.meta.get('msprobe_task')} mode)")
         if rec.data["file"].endswith(".npy"):  # MindSpore's dumper writes numpy files (bfloat16 as float32)
             return self._npy(rec, self.dir / rec.data["file"])
-        pt = read_pt(self.dir / rec.data["file"])
+        pt = read_pt(self.dir / rec.data["file"], self._pickles)
         if pt.dtype != rec.dtype or tuple(pt.shape) != tuple(rec.shape):
             raise DumpError(f"{pt.path}: holds {pt.dtype}{list(pt.shape)} but dump.json says {rec.dtype}{list(rec.shape)}")
         if pt.contiguous:

@@ -45,6 +45,7 @@ _CENTRAL = struct.Struct("<4s6H3I5H2I")  # zip central directory entry (46 bytes
 _EOCD = struct.Struct("<4s4H2IH")  # end of central directory record (22 bytes)
 _WINDOW = 4096  # bytes read at each end of the file: torch.save's headers and pickle fit in them
 _ZIP64 = 0xFFFFFFFF
+_MEMO_LIMIT = 4096  # distinct pickles a PickleMemo keeps (a dump's tensors share a few layouts)
 
 
 class PtError(DumpError):
@@ -147,6 +148,32 @@ def _member_offset(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> in
     return int(info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10])
 
 
+class PickleMemo:
+    """What the restricted unpickler made of each distinct `data.pkl` a reader has met, keyed by its bytes.
+
+    torch.save writes the same pickle for every tensor of one dtype, shape and stride (the storage key is
+    "0"), so a dump of thousands of small files unpickles a handful; the result is a pure function of the
+    bytes, and only accepted pickles are kept (a refusal is raised again, naming its own file)."""
+
+    def __init__(self, limit: int = _MEMO_LIMIT):
+        self._limit = limit
+        self._got: dict[bytes, tuple[Any, ...]] = {}
+
+    def load(self, raw: bytes, path: Path) -> Any:
+        """The unpickled object of `raw` (restricted unpickler on first sight)."""
+        got = self._got.get(raw)
+        if got is not None:
+            return got
+        obj = _RestrictedUnpickler(io.BytesIO(raw), path).load()
+        if _is_tensor(obj) and len(self._got) < self._limit:
+            self._got[raw] = obj
+        return obj
+
+
+def _is_tensor(obj: Any) -> bool:
+    return isinstance(obj, tuple) and bool(obj) and obj[0] == "tensor" and isinstance(obj[1], _Storage)
+
+
 class _Slow(Exception):
     """The archive is not laid out as the fast path expects: read it with zipfile instead."""
 
@@ -156,7 +183,7 @@ class _Archive:
 
     def __init__(self, fd: int):
         self.fd = fd
-        self.size = os.fstat(fd).st_size
+        self.size = os.lseek(fd, 0, os.SEEK_END)  # cheaper than fstat's full stat_result
         self.head = os.pread(fd, min(_WINDOW, self.size), 0)
         tail_at = max(0, self.size - _WINDOW)
         self.tail = os.pread(fd, self.size - tail_at, tail_at)
@@ -179,13 +206,14 @@ class _Archive:
         cd = self.read(cd_off, cd_size)
         out: dict[str, tuple[int, int, int, int]] = {}
         pos = 0
+        unpack, fixed = _CENTRAL.unpack_from, _CENTRAL.size
         for _ in range(count):
-            f = _CENTRAL.unpack_from(cd, pos)
-            if f[0] != b"PK\x01\x02" or _ZIP64 in (f[8], f[9], f[16]):
+            sig, _, _, _, method, _, _, crc, csize, size, nlen, xlen, clen, _, _, _, at = unpack(cd, pos)
+            if sig != b"PK\x01\x02" or csize == _ZIP64 or size == _ZIP64 or at == _ZIP64:
                 raise _Slow
-            name_end = pos + _CENTRAL.size + f[10]
-            out[cd[pos + _CENTRAL.size:name_end].decode("utf-8")] = (f[4], f[7], f[9], f[16])
-            pos = name_end + f[11] + f[12]
+            name_end = pos + fixed + nlen
+            out[cd[pos + fixed:name_end].decode("utf-8")] = (method, crc, size, at)
+            pos = name_end + xlen + clen
         return out
 
     def data_offset(self, member: tuple[int, int, int, int]) -> int:
@@ -208,7 +236,7 @@ class _Archive:
         return data
 
 
-def _read_fast(path: Path) -> tuple[tuple[Any, ...], int] | None:
+def _read_fast(path: Path, memo: PickleMemo | None = None) -> tuple[tuple[Any, ...], int] | None:
     """(the unpickled tensor tuple, its storage's byte offset) of a torch.save archive, or None when it
     is laid out otherwise (zipfile then reads it and names any problem). Refusals stay refusals."""
     try:
@@ -223,10 +251,11 @@ def _read_fast(path: Path) -> tuple[tuple[Any, ...], int] | None:
             return None
         prefix = pkl[: -len("data.pkl")]
         order = members.get(prefix + "byteorder")
-        if order is not None and zf.content(order).decode().strip() != "little":
+        if order is not None and zf.content(order) != b"little" and zf.content(order).decode().strip() != "little":
             return None
-        obj = _RestrictedUnpickler(io.BytesIO(zf.content(members[pkl])), path).load()
-        if not (isinstance(obj, tuple) and obj and obj[0] == "tensor" and isinstance(obj[1], _Storage)):
+        raw = zf.content(members[pkl])
+        obj = (memo or PickleMemo(0)).load(raw, path)
+        if not _is_tensor(obj):
             return None
         storage: _Storage = obj[1]
         member = members.get(prefix + "data/" + storage.key)
@@ -276,10 +305,12 @@ def _read_zipfile(path: Path) -> tuple[tuple[Any, ...], int]:
         raise PtError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def read_pt(path: str | Path) -> PtTensor:
-    """The single tensor saved in `path` by torch.save; one-line PtError for anything else."""
-    path = Path(path)
-    obj, data_offset = _read_fast(path) or _read_zipfile(path)
+def read_pt(path: str | Path, memo: PickleMemo | None = None) -> PtTensor:
+    """The single tensor saved in `path` by torch.save; one-line PtError for anything else. A reader of
+    many files passes one `memo` so that identical pickles are unpickled once."""
+    if not isinstance(path, Path):  # Path(a Path) still costs a parse (µs, per file)
+        path = Path(path)
+    obj, data_offset = _read_fast(path, memo) or _read_zipfile(path)
     _, storage, offset, shape, stride = obj
     if len(stride) != len(shape):
         raise PtError(f"{path}: tensor shape {shape} and stride {stride} disagree")
