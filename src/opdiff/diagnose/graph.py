@@ -485,7 +485,9 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     # counts or by sequence, no output aliasing an earlier tensor (_pair_errors then reads the flag alone)
     uniform = plain and "counts" not in tally.modes and MATCH_SEQUENCE not in set(map(_MATCH, pairs)) \
         and (not any(srcs) or "output" not in set(compress(kinds, srcs)))
-    errs, abs_errs = _pair_errors(pairs, golden, target, uniform)
+    plain = uniform and "stats" in tally.modes and all(x in FLOAT_DTYPES for pair in seen for x in pair) \
+        and not (any(map(_HASH, gs)) and any(map(_HASH, ts)))
+    errs, abs_errs = _pair_errors(pairs, golden, target, uniform, plain)
     names = list(map(_NODE, tgt))
     ids = dict(zip(dict.fromkeys(names), count()))  # node name -> node id, first seen first
     nids = list(map(ids.__getitem__, names))
@@ -533,6 +535,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
 
 
 _GOLDEN, _TARGET, _ID, _MATCH = attrgetter("golden"), attrgetter("target"), attrgetter("id"), attrgetter("match")
+_HASH = attrgetter("hash")
 _NODE, _INDEX, _ROLE, _NAME, _LEVEL, _DIRECTION, _STATUS, _MODE, _DTYPE, _SRC = (
     attrgetter(a) for a in ("node", "index", "role", "name", "level", "direction", "status", "mode", "dtype", "src"))
 
@@ -571,10 +574,12 @@ def _has_none(xs: list[Record | None]) -> bool:
 
 
 def _pair_errors(pairs: list[PairResult], golden: Dump | None, target: Dump | None,
-                 uniform: bool = False) -> tuple[list[float | None], list[float | None]]:
+                 uniform: bool = False, plain: bool = False) -> tuple[list[float | None], list[float | None]]:
     """Each pair's relative and absolute error (_errors), a pair equal bit for bit answered without its checks,
     those whose error is their statistics' alone (_stats_only) by numpy columns (noise.stats_columns).
-    `uniform`: every pair but for its bitwise flag meets the shortcut's conditions (build checked them by columns)."""
+    `uniform`: every pair but for its bitwise flag meets the shortcut's conditions (build checked them by columns);
+    `plain`: uniform, every dtype float and no hash on one side, so that _stats_only's remaining tests (statistics
+    there, the same non-finite counts, no error metric of data) are all a stats-mode pair needs, inline."""
     errs: list[float | None] = []
     abs_errs: list[float | None] = []
     by_stats: list[int] = []
@@ -587,7 +592,12 @@ def _pair_errors(pairs: list[PairResult], golden: Dump | None, target: Dump | No
             add_err(0.0)
             a = p.metrics.get(MAX_ABS)
             add_abs(a if type(a) is float and a - a == 0.0 else abs_error(p))  # a finite float, else _abs_error
-        elif p.mode == "stats" and stats_only(p, p.golden, p.target):
+        elif p.mode == "stats" and (stats_only(p, p.golden, p.target) if not plain else
+                                    (sg := p.golden.stats) is not None  # type: ignore[union-attr]  # uniform
+                                    and (st := p.target.stats) is not None  # type: ignore[union-attr]
+                                    and sg.nan == st.nan and sg.posinf == st.posinf and sg.neginf == st.neginf
+                                    and (m := p.metrics) is not None and m.get(_RED) is None
+                                    and m.get(MAX_ABS) is None and m.get(_NORM_MAX_ABS) is None):
             add_err(None)
             add_abs(None)
             add_stats(i)
@@ -754,7 +764,8 @@ def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tenso
     """For each input tensor, the earlier output (or parameter) it is: from Record.src, else by content.
 
     Content keys are computed only for outputs that may be one of the inputs without a usable src link (api/aten
-    dumps link nearly all inputs): those whose hash or norm (_probe) one of these inputs has.
+    dumps link nearly all inputs): those whose hash or norm (_probe) one of these inputs has; an input's key only
+    where its probe is one of those outputs' (keys that differ in probe differ).
     `roles`: ROLE_* of each tensor (columns.py), when at hand: Tensor.role without a call per input. `columns`:
     the target records of `order`, their roles and src links, when build has them."""
     producer: dict[int, int] = {}
@@ -773,6 +784,7 @@ def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tenso
               for r, kind, link in zip(recs, kinds, links) if link is None and kind == "input"}
     wanted.discard(None)
     last_output: dict[object, int] = {}  # content key -> latest output or parameter that may be wanted
+    found: set[object] = set()  # the probes of last_output's keys: an input whose probe is not here has no match
     for tid, r, kind, src in zip(map(_ID, order), recs, kinds, links):
         if kind == "input":
             if src is not None and roles[src] != ROLE_INPUT:
@@ -781,17 +793,18 @@ def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tenso
                 p = producer.get(src)
                 if p is not None:
                     producer[tid] = p
-            elif last_output:
+            elif last_output and (r.hash or (s.norm if (s := r.stats) is not None else None) or None) in found:
                 key = _identity_key(r)
                 if key is not None:
                     p = last_output.get(key)  # one hash of the key, not two
                     if p is not None:
                         producer[tid] = p
         elif wanted and (kind == "output" or kind == "parameter") and \
-                (r.hash or (s.norm if (s := r.stats) is not None else None) or None) in wanted:  # _probe(r)
+                (probe := r.hash or (s.norm if (s := r.stats) is not None else None) or None) in wanted:  # _probe(r)
             key = _identity_key(r)
             if key is not None:
                 last_output[key] = tid
+                found.add(probe)
     return producer
 
 
