@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import OpdiffError
-from ..base.pair import PairResult
 from ..base.vocab import DIRECTIONS  # forward, backward, update: the order passes run in a step
 from ..compare.parts import open_pair, shared_steps
 from ..compare.parts import shift as _shift
@@ -71,20 +69,8 @@ def _parts(golden: Dump, target: Dump, rank: int | None, step: int | None) -> li
 
 
 def _directions(comparison: Comparison, direction: str | None) -> list[str]:
-    have = _pass_directions(comparison.results)
+    have = {(p.target if p.target is not None else p.golden).direction for p in comparison.results}  # type: ignore[union-attr]
     return [d for d in DIRECTIONS if d in have and (direction is None or d == direction)]
-
-
-def _pass_directions(results: list[PairResult]) -> set[str]:
-    """The directions of the pairs' records (the target's, else golden's): by C-level maps where every pair
-    has a target record (a Record is always true), else pair by pair."""
-    targets = list(map(_TARGET, results))
-    if all(targets):
-        return set(map(_DIRECTION, targets))
-    return {(p.target if p.target is not None else p.golden).direction for p in results}  # type: ignore[union-attr]
-
-
-_TARGET, _DIRECTION = attrgetter("target"), attrgetter("direction")
 
 
 def diagnose_run(golden: Dump, target: Dump, *, mapping: Mapping | str | os.PathLike[str] | None = None,
