@@ -468,7 +468,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     """
     gs: list[Record | None] = list(map(_GOLDEN, pairs))
     ts: list[Record | None] = list(map(_TARGET, pairs))
-    tally, plain = _tally(pairs, gs, ts, direction)
+    tally, whole = _tally(pairs, gs, ts, direction)
     if tally.other:
         keep = [i for i, p in enumerate(pairs) if p.record.direction == direction]
         pairs, gs, ts = [pairs[i] for i in keep], [gs[i] for i in keep], [ts[i] for i in keep]
@@ -483,7 +483,7 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     kinds, srcs = list(map(_ROLE, tgt)), list(map(_SRC, tgt))
     # the bitwise shortcut's conditions but the flag itself hold for every pair: compared, both sides, not by
     # counts or by sequence, no output aliasing an earlier tensor (_pair_errors then reads the flag alone)
-    uniform = plain and "counts" not in tally.modes and MATCH_SEQUENCE not in set(map(_MATCH, pairs)) \
+    uniform = whole and "counts" not in tally.modes and MATCH_SEQUENCE not in set(map(_MATCH, pairs)) \
         and (not any(srcs) or "output" not in set(compress(kinds, srcs)))
     plain = uniform and "stats" in tally.modes and all(x in FLOAT_DTYPES for pair in seen for x in pair) \
         and not (any(map(_HASH, gs)) and any(map(_HASH, ts)))
