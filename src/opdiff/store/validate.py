@@ -26,6 +26,7 @@ from ..base.safepath import open_regular, read_regular
 from .colindex import COLS_FILE, Columns, load_columns_of, sound
 from .colindex import records as columnar_records
 from .format import DTYPES, FORMAT_NAME, READ_VERSIONS, SAFETENSORS_TO_NAME, axes_problem, window_problem
+from .headercols import header_entries
 from .names import KIND_CALL, KIND_TENSOR, line_kind
 
 MAX_META_BYTES = 64 << 20
@@ -257,7 +258,11 @@ class ShardHeader:
 
 def shard_entries(path: Path, raw: bytes, n: int, size: int) -> ShardHeader:
     """Every entry of a safetensors header checked: known dtype, sizes, offsets inside the file that
-    hold exactly the shape's bytes and overlap no other tensor."""
+    hold exactly the shape's bytes and overlap no other tensor. A sound header is checked as columns
+    (store/headercols.py); any other goes entry by entry, which names the problem."""
+    columns = header_entries(raw, 8 + n, size)
+    if columns is not None:
+        return ShardHeader(path=path, size=size, entries=columns)
     try:
         header = _header_fast(raw)
         if header is None:

@@ -1,0 +1,123 @@
+"""Shard headers checked as columns (store/headercols.py) give exactly what the entry-by-entry check gives: the
+same entries for a sound header, and for any other the same refusal, word for word (the columns step aside)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import opdiff.store.validate as V
+from opdiff.errors import DumpError
+from opdiff.store.headercols import header_entries
+from opdiff.store.writer import safetensors_bytes_header
+
+SOUND = {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}
+SIZE_AFTER = 1_000  # bytes of tensor data after the header
+
+
+def _raw(entries: dict, meta: object = None, *, text: str | None = None) -> bytes:
+    head = {} if meta is None else {"__metadata__": meta}
+    return (text if text is not None else json.dumps({**head, **entries}, separators=(",", ":"))).encode()
+
+
+def _outcome(raw: bytes, monkeypatch: pytest.MonkeyPatch | None = None, *, columns: bool = True) -> object:
+    """shard_entries' entries, or its one-line refusal."""
+    size = 8 + len(raw) + SIZE_AFTER
+    if not columns and monkeypatch is not None:
+        monkeypatch.setattr(V, "header_entries", lambda raw, base, size: None)
+    try:
+        return V.shard_entries(Path("s.safetensors"), raw, len(raw), size).entries
+    except DumpError as exc:
+        return str(exc)
+    finally:
+        if monkeypatch is not None:
+            monkeypatch.undo()
+
+
+def _both(raw: bytes, monkeypatch: pytest.MonkeyPatch) -> tuple[object, object]:
+    return _outcome(raw), _outcome(raw, monkeypatch, columns=False)
+
+
+def _cases() -> list[bytes]:
+    """Sound headers and headers damaged in each field, each way the entry check tells apart."""
+    bad_values = {
+        "dtype": ["F31", None, 3, ["F32"], {"a": 1}, "f32", ""],
+        "shape": [[2, True], [2, -3], [2, 3.0], [2, "3"], "23", None, [[2], 3], {"2": 3}, [], [1 << 70], [2, 3, 0]],
+        "data_offsets": [[0, 23], [24, 0], [0, 24, 48], [0], [-24, 0], [0, 1 << 70], [False, 24], [0.0, 24],
+                         [0, 24.0], "0,24", None, [[0], 24], [0, 10_000], [1 << 64, 1 << 64]],
+    }
+    out = [_raw({}), _raw({}, {"format": "opdiff-dump"}), _raw({"k": SOUND}, {"format": "pt"})]
+    for field, values in bad_values.items():
+        for v in values:
+            for where in (0, 2):  # the first entry or a later one
+                entries = {f"t{i}": {"dtype": "F32", "shape": [2, 3], "data_offsets": [24 * i, 24 * i + 24]}
+                           for i in range(3)}
+                entries[f"t{where}"] = {**entries[f"t{where}"], field: v}
+                out.append(_raw(entries, {"format": "opdiff-dump"}))
+    three = {f"t{i}": {"dtype": "F32", "shape": [2, 3], "data_offsets": [24 * i, 24 * i + 24]} for i in range(3)}
+    out += [
+        _raw({k: {kk: vv for kk, vv in v.items() if kk != "shape"} if k == "t1" else v for k, v in three.items()}),
+        _raw({"t1": {**SOUND, "extra": 1}, "t2": {**SOUND, "data_offsets": [24, 48]}}),  # a fourth field
+        _raw({"b": {**SOUND, "data_offsets": [24, 48]}, "a": SOUND}),  # not in order, no overlap
+        _raw({"a": {**SOUND, "data_offsets": [0, 24]}, "b": {**SOUND, "data_offsets": [12, 36]}}),  # overlap
+        _raw({"a": {**SOUND, "data_offsets": [24, 48]}, "b": {**SOUND, "data_offsets": [0, 36],
+                                                             "shape": [9]}}),  # overlap, out of order
+        _raw({"a": {**SOUND, "shape": [0], "data_offsets": [8, 8]}, "b": SOUND}),  # empty inside another: fine
+        _raw({"a": {**SOUND, "shape": [], "data_offsets": [0, 4]}, "b": {**SOUND, "data_offsets": [4, 28]}}),
+        _raw({"a": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 6]},
+              "b": {"dtype": "BOOL", "shape": [2], "data_offsets": [6, 8]},
+              "c": {"dtype": "F64", "shape": [1, 1], "data_offsets": [8, 16]}}),
+        _raw({"a": SOUND}, {"n": 1, "m": {"deep": 1}}),  # nested metadata: the strict parse
+        _raw({"a": SOUND}, ["not", "an", "object"]),
+        _raw({"a": SOUND}, "text"),
+        _raw({"a": SOUND}, {"note": "a:b"}),  # a colon in a value: the strict parse
+        _raw({}, text='{"a":' + json.dumps(SOUND) + ',"__metadata__":{"x":"1"}}'),  # metadata last
+        _raw({}, text='{"__metadata__":null,"a":' + json.dumps(SOUND) + '}'),
+        _raw({}, text='{"a":' + json.dumps(SOUND) + ',"a":' + json.dumps(SOUND) + '}'),  # repeated key
+        _raw({}, text='{"a":{"dtype":"F32","dtype":"F16","shape":[2,3],"data_offsets":[0,24]}}'),
+        _raw({}, text='{"a:":' + json.dumps(SOUND) + ',"a:":' + json.dumps(SOUND) + '}'),
+        _raw({}, text='{"__metadata__":{},"__metadata__":{},"a":' + json.dumps(SOUND) + '}'),
+        _raw({}, text='{"a":' + json.dumps(SOUND) + '}  '),  # padding, as the writer pads
+        _raw({}, text='{"\\u00fcn":' + json.dumps(SOUND) + '}'),  # an escape: the strict parse
+        _raw({}, text='{"ün:x":' + json.dumps(SOUND) + '}'),
+        _raw({}, text='[1, 2]'), _raw({}, text='{"a": NaN}'), _raw({}, text='{"a": 1'), _raw({}, text='nul'),
+        safetensors_bytes_header([(f"layers.{i}/op#{i}/forward/output/0", "float32", (4,), 16) for i in range(40)])[8:],
+        safetensors_bytes_header([("a", "bfloat16", (2, 2), 8), ("b", "int64", (), 8), ("c", "bool", (0,), 0),
+                                  ("d", "uint8", (3,), 3)])[8:],
+    ]
+    return out
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("k", range(len(CASES)))
+def test_columns_give_what_the_entry_check_gives(k, monkeypatch):
+    raw = CASES[k]
+    fast, slow = _both(raw, monkeypatch)
+    assert fast == slow
+    if isinstance(fast, dict):  # the entries hold the same objects' values and the same key order
+        assert list(fast) == list(slow)
+
+
+def test_the_writers_headers_take_the_columns():
+    """A DumpWriter shard's header is checked as columns, and refused ones never are."""
+    raw = safetensors_bytes_header([(f"t{i}", "float32", (2, 3), 24) for i in range(100)])[8:]
+    got = header_entries(raw, 8 + len(raw), 8 + len(raw) + 2400)
+    assert got is not None and len(got) == 100
+    assert got["t7"] == ("float32", (2, 3), 8 + len(raw) + 168, 8 + len(raw) + 192)
+    assert len({id(e[1]) for e in got.values()}) == 1  # entries of one shape share one tuple
+    assert header_entries(raw, 8 + len(raw), 8 + len(raw) + 2399) is None  # the last tensor passes the end
+
+
+@pytest.mark.parametrize("dims", [[2, True], [True, 2], [2.0, 3], [2, 3.0]])
+def test_a_shape_equal_to_a_sound_one_but_not_of_ints_is_refused(dims, monkeypatch):
+    """(2, 3) == (2.0, 3) == (True * 2, 3) as tuples: the columns type every entry's dims before merging shapes."""
+    entries = {"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+               "b": {"dtype": "F32", "shape": dims, "data_offsets": [24, 48]}}
+    raw = _raw(entries)
+    assert header_entries(raw, 8 + len(raw), 8 + len(raw) + 48) is None
+    fast, slow = _both(raw, monkeypatch)
+    assert fast == slow and isinstance(fast, str) and "bad shape" in fast
