@@ -29,13 +29,8 @@ def header_entries(raw: bytes, base: int, size: int) -> dict[str, Entry] | None:
     """key -> (dtype, shape, start, end) of every entry of the header text `raw` whose tensors start at byte
     `base` of a file of `size` bytes, when the fast parse provably is the strict parse and every entry is
     sound; else None."""
-    if b"\\" in raw:  # an escape: the strict parse
-        return None
-    try:
-        header = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if type(header) is not dict:
+    header = plain_object(raw)
+    if header is None:
         return None
     keys, infos = list(header), list(header.values())
     meta = header.pop(META, None) if META in header else None
@@ -54,6 +49,17 @@ def header_entries(raw: bytes, base: int, size: int) -> dict[str, Entry] | None:
         return _checked(keys, infos, base, size)
     except (TypeError, KeyError, OverflowError, ValueError):  # a field missing, of an unexpected type or size
         return None
+
+
+def plain_object(raw: bytes) -> dict[str, Any] | None:
+    """The JSON object orjson parses from a text holding no escape, else None (the strict parse then)."""
+    if b"\\" in raw:
+        return None
+    try:
+        header = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return header if type(header) is dict else None
 
 
 def _no_key_dropped(raw: bytes, keys: list[str], meta: dict[str, Any] | None, fields: int) -> bool:
