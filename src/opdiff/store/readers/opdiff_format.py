@@ -157,6 +157,12 @@ class OpdiffDump(Dump):
     def locate(self, rec: Record) -> tuple[Path, int] | None:
         """(shard, offset) of the record's bytes (span's checks); None when they lie in another order (span
         copies them)."""
+        data = rec.data
+        if data is not None and len(data) == 2:  # file and key only: the common record, from a header read
+            h = self._headers.get(data["file"])
+            entry = None if h is None else h.entries.get(data["key"])
+            if entry is not None and entry[0] == rec.dtype and entry[1] == rec.shape:
+                return h.path, entry[2]  # type: ignore[union-attr]  # h holds the entry
         path, start, how = self._where(rec)
         return (path, start) if how is None else None
 
