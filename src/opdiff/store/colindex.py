@@ -361,8 +361,11 @@ def records(c: Columns) -> list[Record]:
     table.append(None)  # code -1: the last entry, as numpy indexes it
     cols = _text_columns(c.codes, table)
     name, node, module, op, level, direction, role, pos, dtype, hsh, source, src, file, key, part, extra, axes, window = cols
-    data = [None if f is None else ({"file": f, "key": k} if p is None else {"file": f, "key": k, "part": p})
-            for f, k, p in zip(file, key, part)]
+    if part.count(None) == n and None not in file:  # every record's data in this part's shards
+        data: list[dict[str, Any] | None] = [{"file": f, "key": k} for f, k in zip(file, key)]
+    else:
+        data = [None if f is None else ({"file": f, "key": k} if p is None else {"file": f, "key": k, "part": p})
+                for f, k, p in zip(file, key, part)]
     shapes = _shapes(c)
     if axes.count(None) != n:  # format version 3's data.axes: few records have them
         for i, a in enumerate(axes):
