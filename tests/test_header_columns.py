@@ -121,3 +121,108 @@ def test_a_shape_equal_to_a_sound_one_but_not_of_ints_is_refused(dims, monkeypat
     assert header_entries(raw, 8 + len(raw), 8 + len(raw) + 48) is None
     fast, slow = _both(raw, monkeypatch)
     assert fast == slow and isinstance(fast, str) and "bad shape" in fast
+
+
+# -- a header that is exactly what DumpWriter wrote for the index's records needs no parse ------------------------
+
+def _run(path: Path, n: int = 40, *, same: bool = False, multi: bool = False) -> None:
+    """A DumpWriter run of n tensors of a few dtypes and ranks, a few shards (small shard_bytes); `same`: every
+    fifth record shares the bytes of the one before (stored once); `multi`: two steps, the second reading
+    the first's bytes (format version 2)."""
+    import numpy as np
+
+    from opdiff.store.writer import DumpWriter
+    from opdiff.testing.synthetic import Tensor, make_record
+
+    rng = np.random.default_rng(3)
+    w = DumpWriter(path, {"framework": "numpy", "mode": "tensor"}, shard_bytes=256)
+    first: dict[int, object] = {}
+    for step in (0, 1) if multi else (0,):
+        w.begin(0, step)
+        last, arr = None, None
+        for i in range(n):
+            shares = same and i % 5 == 4  # the bytes of the record before, stored once
+            if not shares:
+                arr = rng.standard_normal([(3,), (2, 3), (), (1, 4, 2)][i % 4]).astype([np.float32, np.float16][i % 2])
+            rec = make_record(Tensor(f"m.{i}", "aten.mul.Tensor", "output", "0", arr, call=i))
+            if shares or (multi and step == 1):
+                w.add(rec, same_data_as=last if not multi else first[i])
+            else:
+                w.add(rec, arr)
+            last = rec
+            if multi and step == 0:
+                first[i] = rec
+    w.close()
+
+
+@pytest.mark.parametrize("kind", ["plain", "same", "multi"])
+def test_a_header_as_written_is_the_parsed_header(tmp_path, monkeypatch, kind):
+    """check() takes each of this part's shards whose header is the writer's text for the records stored there
+    without parsing it, and gets the parsed header's very entries; shards it cannot vouch for (bytes stored once
+    under another record's name, another part's shards) are parsed."""
+    import opdiff
+    import opdiff.store.readers.opdiff_format as F
+
+    _run(tmp_path / "d", same=kind == "same", multi=kind == "multi")
+    seen = {"as written": 0, "parsed": 0}
+    real = F.as_written
+
+    def spy(*args):
+        got = real(*args)
+        seen["as written" if got is not None else "parsed"] += 1
+        return got
+
+    monkeypatch.setattr(F, "as_written", spy)
+    for step in (0, 1) if kind == "multi" else (0,):
+        d = opdiff.load(tmp_path / "d" / f"rank0/step{step}")
+        d.check()
+        assert d._headers
+        for h in d._headers.values():
+            parsed = V.shard_entries(h.path, *F._header_bytes(h.path)).entries
+            assert h.entries == parsed and list(h.entries) == list(parsed)
+        for r in d.records:  # every record located as span locates it
+            sp = d.span(r)
+            assert d.locate(r) == (sp.path, sp.offset)
+    shards = len(list((tmp_path / "d/rank0/step0/shards").iterdir()))
+    assert shards >= 2 and seen["as written"] == shards  # records that share stored bytes change nothing
+    assert seen["parsed"] == 0  # another part's shards (multi): read through header(), parsed, never compared
+
+
+@pytest.mark.parametrize("damage", ["digit", "key", "length", "cut"])
+def test_a_damaged_shard_or_index_is_refused_as_before(tmp_path, monkeypatch, damage):
+    """A header that is not the writer's text for the index's records is parsed and checked: the refusal (or its
+    absence, and the record's error later) is the same as with the text comparison taken out."""
+    import opdiff
+    import opdiff.store.readers.opdiff_format as F
+
+    _run(tmp_path / "d")
+    shard = sorted((tmp_path / "d/rank0/step0/shards").iterdir())[1]
+    raw = bytearray(shard.read_bytes())
+    n = int.from_bytes(raw[:8], "little")
+    text = raw[8:8 + n]
+    if damage == "digit":  # an offset one byte off: sizes no longer match
+        at = text.rindex(b"]}") - 1
+        text[at] = ord("0") + (text[at] - ord("0") + 1) % 10
+    elif damage == "key":  # a key renamed, same length: the record's tensor is missing
+        at = text.index(b'"m.') + 1
+        text[at] = ord("x")
+    raw[8:8 + n] = text
+    if damage == "length":
+        raw[:8] = (n + 10**9).to_bytes(8, "little")
+    if damage == "cut":
+        raw = raw[:-3]
+    shard.write_bytes(bytes(raw))
+
+    def outcome() -> str:
+        d = opdiff.load(tmp_path / "d")
+        try:
+            d.check()
+            for r in d.records:
+                d.locate(r)
+        except DumpError as exc:
+            return str(exc)
+        return "no refusal"
+
+    got = outcome()
+    monkeypatch.setattr(F, "as_written", lambda *a: None)
+    assert got == outcome() and got != "no refusal"

@@ -9,14 +9,14 @@ caller then checks entry by entry, which names the problem. It never raises.
 from __future__ import annotations
 
 import math
-from itertools import chain
+from itertools import accumulate, chain
 from operator import itemgetter, sub
 from typing import Any, cast
 
 import numpy as np
 import orjson
 
-from .format import DTYPES, SAFETENSORS_TO_NAME
+from .format import DTYPES, FORMAT_NAME, SAFETENSORS_TO_NAME
 
 Entry = tuple[str, tuple[int, ...], int, int]  # dtype name, shape, absolute start, end
 META = "__metadata__"
@@ -108,3 +108,47 @@ def _overlap(lo: list[int], hi: list[int]) -> bool:
     order = np.lexsort((end, start))
     start, end = start[order], end[order]
     return bool((start[1:] < end[:-1]).any())
+
+
+Written = tuple[list[str], list[str], list[tuple[int, ...]]]  # keys, dtype names, shapes, in the writer's order
+_CODE = {name: code for name, (_, code) in DTYPES.items()}
+_META_TEXT = '{"__metadata__":{"format":"' + FORMAT_NAME + '"},'
+_SCALAR = (1,)
+_ENTRY_TEXT = '"%s":{"dtype":"%s","shape":[%s],"data_offsets":[%d,%d]}'
+
+
+def as_written(raw: bytes, base: int, size: int, keys: list[str], dtypes: list[str], shapes: list[tuple[int, ...]]
+               ) -> dict[str, Entry] | None:
+    """The entries of a header that is, byte for byte, what DumpWriter writes for these tensors in this order
+    (store/writer.py: its metadata, each tensor after the one before, a scalar as [1], padded with spaces to 8
+    bytes), when
+    they lie inside the file: that text parses to exactly these entries and they pass every check, so no
+    parse is needed. None for any other header (it is parsed and checked). Never raises."""
+    if not keys or META in keys or not _plain_keys(keys):
+        return None
+    if () in shapes:  # the writer stores a scalar as [1] (np.ascontiguousarray): so does its header
+        shapes = [s or _SCALAR for s in shapes]
+    try:
+        codes = list(map(_CODE.__getitem__, dtypes))
+        kinds = list(zip(dtypes, shapes))
+        nbytes = {k: math.prod(k[1]) * _ITEMSIZE[k[0]] for k in set(kinds)}
+        dims = {s: ",".join(map(str, s)) for s in set(shapes)}
+    except (KeyError, TypeError):
+        return None
+    if not _INT.issuperset(map(type, chain.from_iterable(shapes))) or any(d < 0 for s in dims for d in s):
+        return None
+    ends = list(accumulate(map(nbytes.__getitem__, kinds)))
+    if ends[-1] > size - base:
+        return None
+    starts = [0, *ends[:-1]]
+    text = _META_TEXT + ",".join(map(_ENTRY_TEXT.__mod__, zip(keys, codes, map(dims.__getitem__, shapes), starts,
+                                                                ends))) + "}"
+    if len(raw) != len(text) + (-len(text) % 8) or raw != (text + " " * (-len(text) % 8)).encode():
+        return None
+    return dict(zip(keys, zip(dtypes, shapes, map(base.__add__, starts), map(base.__add__, ends))))
+
+
+def _plain_keys(keys: list[str]) -> bool:
+    """Keys whose JSON text is themselves: printable ASCII without a quote or a backslash."""
+    joined = "".join(keys)
+    return joined.isascii() and joined.isprintable() and '"' not in joined and "\\" not in joined
