@@ -226,3 +226,52 @@ def test_a_damaged_shard_or_index_is_refused_as_before(tmp_path, monkeypatch, da
     got = outcome()
     monkeypatch.setattr(F, "as_written", lambda *a: None)
     assert got == outcome() and got != "no refusal"
+
+
+def _as_text(keys: list[str], dtype: str = "F32", shape: str = "2", nbytes: int = 8) -> bytes:
+    """A header in the writer's layout for these keys, written by hand (keys as they stand, no escaping)."""
+    body = ",".join(f'"{k}":{{"dtype":"{dtype}","shape":[{shape}],"data_offsets":[{i * nbytes},{(i + 1) * nbytes}]}}'
+                    for i, k in enumerate(keys))
+    text = '{"__metadata__":{"format":"opdiff-dump"},' + body + "}"
+    return (text + " " * (-len(text) % 8)).encode()
+
+
+@pytest.mark.parametrize("keys, taken", [
+    (["a", "b", "c"], True),
+    (["ünï", "b"], True),  # raw UTF-8 in a key parses to that key
+    (['a"', "b"], False),  # a quote: not one JSON string
+    (["a\\u0041", "b"], False),  # an escape: another key once parsed
+    (["a\x01", "b"], False),  # a raw control character: JSON refuses it
+    (["a\ud800", "b"], False),  # a lone surrogate: no UTF-8 for it
+    (["__metadata__", "b"], False),  # a second metadata key
+])
+def test_a_key_is_taken_as_written_only_when_its_text_is_itself(keys, taken):
+    """as_written compares bytes; a key that would not parse to itself never passes, whatever the bytes."""
+    from opdiff.store.headercols import as_written
+
+    try:
+        raw = _as_text(keys)
+    except UnicodeEncodeError:
+        raw = _as_text(["a?", "b"])
+    base = 8 + len(raw)
+    got = as_written(raw, base, base + 8 * len(keys), keys, ["float32"] * len(keys), [(2,)] * len(keys))
+    assert (got is not None) == taken
+    if taken:
+        assert got == V.shard_entries(Path("s"), raw, len(raw), base + 8 * len(keys)).entries
+
+
+@pytest.mark.parametrize("shape, nbytes", [("4", 16), ("0", 0), ("2,0", 0), ("1", 4)])
+def test_one_kind_of_tensor_laid_end_to_end(shape, nbytes):
+    """A shard of one dtype and shape (offsets in one arithmetic run), empty tensors included, reads as parsed;
+    a file too short for its last tensor is parsed (and refused there)."""
+    from opdiff.store.headercols import as_written
+
+    keys = [f"t{i}" for i in range(5)]
+    raw = _as_text(keys, shape=shape, nbytes=nbytes)
+    dims = tuple(int(d) for d in shape.split(","))
+    base, size = 8 + len(raw), 8 + len(raw) + 5 * nbytes
+    got = as_written(raw, base, size, keys, ["float32"] * 5, [dims] * 5)
+    assert got is not None and got == V.shard_entries(Path("s"), raw, len(raw), size).entries
+    if nbytes:
+        assert as_written(raw, base, size - 1, keys, ["float32"] * 5, [dims] * 5) is None
+    assert as_written(raw, base, size, keys, ["float16"] * 5, [dims] * 5) is None  # other records: parsed

@@ -114,41 +114,64 @@ Written = tuple[list[str], list[str], list[tuple[int, ...]]]  # keys, dtype name
 _CODE = {name: code for name, (_, code) in DTYPES.items()}
 _META_TEXT = '{"__metadata__":{"format":"' + FORMAT_NAME + '"},'
 _SCALAR = (1,)
-_ENTRY_TEXT = '"%s":{"dtype":"%s","shape":[%s],"data_offsets":[%d,%d]}'
+_FIRST, _NBYTES = itemgetter(0), itemgetter(1)
+_META_QUOTES, _CONTROL = _META_TEXT.count('"'), bytes(range(0x20))
 
 
 def as_written(raw: bytes, base: int, size: int, keys: list[str], dtypes: list[str], shapes: list[tuple[int, ...]]
                ) -> dict[str, Entry] | None:
     """The entries of a header that is, byte for byte, what DumpWriter writes for these tensors in this order
     (store/writer.py: its metadata, each tensor after the one before, a scalar as [1], padded with spaces to 8
-    bytes), when
-    they lie inside the file: that text parses to exactly these entries and they pass every check, so no
-    parse is needed. None for any other header (it is parsed and checked). Never raises."""
-    if not keys or META in keys or not _plain_keys(keys):
+    bytes), when they lie inside the file: that text parses to exactly these entries and they pass every check,
+    so no parse is needed. None for any other header (it is parsed and checked). Never raises."""
+    if not keys or META in keys or not _INT.issuperset(map(type, chain.from_iterable(shapes))):
         return None
-    if () in shapes:  # the writer stores a scalar as [1] (np.ascontiguousarray): so does its header
+    kinds = list(zip(dtypes, shapes))
+    one = set(kinds)
+    if any(not shape for _, shape in one):  # the writer stores a scalar as [1] (np.ascontiguousarray)
         shapes = [s or _SCALAR for s in shapes]
-    try:
-        codes = list(map(_CODE.__getitem__, dtypes))
         kinds = list(zip(dtypes, shapes))
-        nbytes = {k: math.prod(k[1]) * _ITEMSIZE[k[0]] for k in set(kinds)}
-        dims = {s: ",".join(map(str, s)) for s in set(shapes)}
-    except (KeyError, TypeError):
+        one = set(kinds)
+    try:
+        text = {k: _entry_text(*k) for k in one}  # per dtype and shape: the text around key and offsets
+    except (KeyError, ValueError):
         return None
-    if not _INT.issuperset(map(type, chain.from_iterable(shapes))) or any(d < 0 for s in dims for d in s):
-        return None
-    ends = list(accumulate(map(nbytes.__getitem__, kinds)))
+    n = len(keys)
+    if len(text) == 1:  # one kind of tensor, laid end to end
+        (entry, nbytes), = text.values()
+        starts, ends = (list(range(0, nbytes * n, nbytes)), list(range(nbytes, nbytes * (n + 1), nbytes))) \
+            if nbytes else ([0] * n, [0] * n)
+        body = ",".join(map(entry.__mod__, zip(keys, starts, ends)))
+    else:
+        ends = list(accumulate(map(_NBYTES, map(text.__getitem__, kinds))))
+        starts = [0, *ends[:-1]]
+        body = ",".join(map(str.__mod__, map(_FIRST, map(text.__getitem__, kinds)), zip(keys, starts, ends)))
     if ends[-1] > size - base:
         return None
-    starts = [0, *ends[:-1]]
-    text = _META_TEXT + ",".join(map(_ENTRY_TEXT.__mod__, zip(keys, codes, map(dims.__getitem__, shapes), starts,
-                                                                ends))) + "}"
-    if len(raw) != len(text) + (-len(text) % 8) or raw != (text + " " * (-len(text) % 8)).encode():
+    head = _META_TEXT + body + "}"
+    try:
+        if raw != (head + " " * (-len(head) % 8)).encode():
+            return None
+    except UnicodeEncodeError:  # a lone surrogate in a key
+        return None
+    if not _keys_as_written(raw, len(keys)):
         return None
     return dict(zip(keys, zip(dtypes, shapes, map(base.__add__, starts), map(base.__add__, ends))))
 
 
-def _plain_keys(keys: list[str]) -> bool:
-    """Keys whose JSON text is themselves: printable ASCII without a quote or a backslash."""
-    joined = "".join(keys)
-    return joined.isascii() and joined.isprintable() and '"' not in joined and "\\" not in joined
+def _entry_text(dtype: str, shape: tuple[int, ...]) -> tuple[str, int]:
+    """(the writer's text of an entry of this dtype and shape, key and offsets left as %s, %d, %d; its bytes)."""
+    if any(d < 0 for d in shape):
+        raise ValueError("a negative size")
+    dims = ",".join(map(str, shape))
+    return (f'"%s":{{"dtype":"{_CODE[dtype]}","shape":[{dims}],"data_offsets":[%d,%d]}}',
+            math.prod(shape) * _ITEMSIZE[dtype])
+
+
+def _keys_as_written(raw: bytes, n: int) -> bool:
+    """Whether the keys in a header equal to the writer's text are that text's JSON strings as they stand: no
+    quote inside one (each of the n entries has its ten quotes), no escape, no raw control character (which
+    JSON refuses); a key of any other kind is never what the writer wrote (it escapes them), so this only rules
+    out a damaged text that happens to read as the records' names."""
+    return b"\\" not in raw and raw.count(b'"') == _META_QUOTES + 10 * n and \
+        len(raw.translate(None, _CONTROL)) == len(raw)
