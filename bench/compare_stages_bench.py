@@ -8,7 +8,9 @@ then on freshly loaded dumps, reading their shard headers itself as `opdiff comp
 Writes (or reuses, with --keep from an earlier run) bench/many_records_bench.py's pair of DumpWriter dumps
 (64-element fp32 records, a fault in the middle of the target), then times each stage in this process on
 the CPU clock (time.process_time), best of --repeat, as µs per record (per side) or per pair. The reads
-run in a fresh `load()` each time; the later stages reuse one load.
+run in a fresh `load()` each time; the later stages reuse one load. "small pairs' results in compare's batches"
+is compare_subset over the plan's batches of 1,024 pairs, as compare() runs them (the stage before it takes
+every pair in one batch).
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ def main() -> None:
             *([("small pairs' results (metrics, PASS by columns)",
                 lambda: R.small_pair_results(g, t, plan, pos, "auto", ws, Judge(th)), n)]
               if hasattr(R, "small_pair_results") else []),  # a source tree from before the verdicts by columns
+            ("small pairs' results in compare's batches",  # compare_subset per batch of _BATCH_PAIRS, as compare()
+             lambda: [R.compare_subset(g, t, plan, b, "auto", th, ws) for b in R._batches(plan.work)], n),
             ("per-pair checks and verdicts",
              lambda: [R.compare_pair(g, t, plan.pairs[i], "auto", th, ws, plan.floors[i], done.get(i)) for i in pos],
              n),

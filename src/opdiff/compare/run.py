@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import attrgetter, itemgetter
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import numpy as np
 from ..base import gcpause
 from ..base.errors import DumpError, OpdiffError
 from ..base.pair import Metrics, PairResult
-from ..base.record import Record
+from ..base.record import Record, Stats
 from ..base.vocab import (
     DAMAGED,
     FAIL,
@@ -43,7 +44,7 @@ from ..base.vocab import (
 from ..match.align import Pair, align
 from ..match.mapping import Mapping, load_mapping
 from ..metrics import names as M
-from ..metrics.batch import SMALL_PAIR, PairItem, batch_metrics, batch_table
+from ..metrics.batch import SMALL_PAIR, Side, side_table
 from ..metrics.counts_mode import counts_compare, needs_counts
 from ..metrics.hash_mode import hash_equal, hash_metrics
 from ..metrics.masks import mask_pair, mask_view
@@ -64,6 +65,9 @@ CUT_OFF_NOTE = "beyond the end of the cut-off"
 _SEVERITY = {FAIL: 3, WARNING: 2, NA: 1, PASS: 0}
 _BATCH_BYTES = 32 << 20
 _RESULT, _STATUS = attrgetter("result"), attrgetter("status")
+_GOLDEN, _TARGET, _MATCH, _NOTE, _GROUP = (attrgetter(a) for a in ("golden", "target", "match", "note", "golden_group"))
+_DTYPE, _SHAPE, _HASH, _STATS = attrgetter("dtype"), attrgetter("shape"), attrgetter("hash"), attrgetter("stats")
+_MIN, _MAX, _MEAN = attrgetter("min"), attrgetter("max"), attrgetter("mean")
 _BATCH_PAIRS = 1024  # small pairs: a batch's fixed numpy cost spread over more pairs (bytes bound it first)
 
 
@@ -436,38 +440,99 @@ def _batchable(g: Record | None, t: Record | None, mode: str) -> bool:
 
 
 def _small_items(golden: Dump, target: Dump, pairs: list[Pair], positions: list[int], mode: str
-                 ) -> tuple[list[PairItem], list[int]]:
-    """The batchable pairs among `positions` as batch items, and their positions; a pair whose source
-    cannot be located is left to compare_pair, which names the problem. The common pair (both sides with
-    data, no `extra`, one shape tuple) is tested inline, by _batchable's conditions."""
-    items: list[PairItem] = []
-    where: list[int] = []
+                 ) -> tuple[Side, Side, list[int]]:
+    """The batchable pairs among `positions` as a batch's columns (one Side per side), and their positions; a pair
+    whose source cannot be located is left to compare_pair, which names the problem. The common pair (both sides
+    with data, no `extra`, one shape tuple) is tested inline, by _batchable's conditions, and its columns taken
+    from the records by C-level maps; any other batchable pair goes by _source (`_odd_items`)."""
     tensor = mode == "auto" or mode == "tensor"  # with data on both sides: _pair_mode's "tensor"
+    where: list[int] = []
+    gs: list[Record] = []
+    ts: list[Record] = []
+    odd: list[int] = []
     for i in positions:
         p = pairs[i]
         g, t = p.golden, p.target
         if g is None or t is None:
             continue
+        if (tensor and not g.extra and not t.extra and g.data is not None and t.data is not None
+                and type(g.shape) is tuple and g.shape == t.shape):
+            if 0 < math.prod(g.shape) <= SMALL_PAIR:
+                where.append(i)
+                gs.append(g)
+                ts.append(t)
+        elif _batchable(g, t, mode):
+            odd.append(i)
+    gl, tl = _located(golden, gs), _located(target, ts)
+    if set(map(type, gl)) != {tuple} or set(map(type, tl)) != {tuple}:  # refused (compare_pair says why), or
+        keep = [k for k, (a, b) in enumerate(zip(gl, tl)) if type(a) is tuple and type(b) is tuple]  # span() only
+        odd += [where[k] for k, (a, b) in enumerate(zip(gl, tl)) if a is not False and b is not False
+                and (a is None or b is None)]
+        where, gs, ts = [where[k] for k in keep], [gs[k] for k in keep], [ts[k] for k in keep]
+        gl, tl = [gl[k] for k in keep], [tl[k] for k in keep]
+    gold, targ = _side(gs, gl), _side(ts, tl)  # type: ignore[arg-type]  # None left out above
+    if odd:
+        where += _odd_items(golden, target, pairs, odd, gold, targ)
+    return gold, targ, where
+
+
+def _located(dump: Dump, recs: list[Record]) -> list[tuple[Path, int] | None | bool]:
+    """Dump.locate of each record; False for one it refuses (a DumpError or TensorDataError: compare_pair names
+    it), None for one it answers by span() only."""
+    try:
+        return list(map(dump.locate, recs))
+    except (TensorDataError, DumpError):
+        pass
+    out: list[tuple[Path, int] | None | bool] = []
+    for r in recs:
         try:
-            if (tensor and not g.extra and not t.extra and g.data is not None and t.data is not None
-                    and type(g.shape) is tuple and g.shape == t.shape):
-                if not 0 < math.prod(g.shape) <= SMALL_PAIR:
-                    continue
-                gl, tl = golden.locate(g), target.locate(t)
-                if gl is None or tl is None:  # a format that answers by span() only
-                    items.append(PairItem(_source(golden, g), _source(target, t), _range(g), _range(t)))
-                else:  # _source of a located record
-                    items.append(PairItem(TensorSource(g.dtype, g.shape, None, gl[0], gl[1], g.hash, g.name),
-                                          TensorSource(t.dtype, t.shape, None, tl[0], tl[1], t.hash, t.name),
-                                          _range(g), _range(t)))
-            elif _batchable(g, t, mode):
-                items.append(PairItem(_source(golden, g), _source(target, t), _range(g), _range(t)))
-            else:
-                continue
+            out.append(dump.locate(r))
+        except (TensorDataError, DumpError):
+            out.append(False)
+    return out
+
+
+def _side(recs: list[Record], located: list[tuple[Path, int]]) -> Side:
+    """A batch side of located records (each as _source makes it) as columns, their ranges (`_range`) too."""
+    side = Side(list(map(_DTYPE, recs)), list(map(_SHAPE, recs)), list(map(itemgetter(0), located)),
+                list(map(itemgetter(1), located)), list(map(_HASH, recs)))
+    stats = list(map(_STATS, recs))
+    if stats and set(map(type, stats)) == {Stats}:
+        lo, hi, mean = list(map(_MIN, stats)), list(map(_MAX, stats)), list(map(_MEAN, stats))
+        if set(map(type, lo)) == set(map(type, hi)) == set(map(type, mean)) == {float}:
+            side.floats = (lo, hi, mean)  # what _range gives of each: (min, max, mean), as columns
+            return side
+    side.ranges = list(map(_range, recs))
+    return side
+
+
+def _odd_items(golden: Dump, target: Dump, pairs: list[Pair], odd: list[int], gold: Side, targ: Side) -> list[int]:
+    """Add the batchable pairs `odd` that are not the common kind to both sides by _source (a pair whose source
+    cannot be made is left out), with every range per pair; their positions."""
+    where: list[int] = []
+    for side in (gold, targ):
+        if side.array is None:
+            side.array = [None] * len(side.dtype)
+        if side.ranges is None:
+            side.ranges = [side.range(k) for k in range(len(side.dtype))]
+            side.floats = None
+    for i in odd:
+        g, t = pairs[i].golden, pairs[i].target
+        assert g is not None and t is not None  # batchable: both sides
+        try:
+            srcs = _source(golden, g), _source(target, t)
         except (TensorDataError, DumpError):
             continue
+        for side, src, rec in zip((gold, targ), srcs, (g, t)):
+            side.dtype.append(src.dtype)
+            side.shape.append(src.shape)
+            side.path.append(src.path)
+            side.offset.append(src.offset)
+            side.hash.append(src.hash)
+            side.array.append(src.array)  # type: ignore[union-attr]  # made a list above
+            side.ranges.append(_range(rec))  # type: ignore[union-attr]
         where.append(i)
-    return items, where
+    return where
 
 
 def small_pair_metrics(golden: Dump, target: Dump, pairs: list[Pair], positions: list[int], mode: str,
@@ -475,10 +540,10 @@ def small_pair_metrics(golden: Dump, target: Dump, pairs: list[Pair], positions:
     """Position -> tensor metrics of the small pairs among `positions`, computed in one batch
     (metrics/batch.py). A pair left out (unreadable, not matching its record or hash) is compared on its
     own by compare_pair, which names the problem."""
-    items, where = _small_items(golden, target, pairs, positions, mode)
-    if len(items) < 2:
+    gold, targ, where = _small_items(golden, target, pairs, positions, mode)
+    if len(where) < 2:
         return {}
-    return {i: m for i, m in zip(where, batch_metrics(items, ws)) if m is not None}
+    return {i: m for i, m in zip(where, side_table(gold, targ, ws).metrics) if m is not None}
 
 
 def small_pair_results(golden: Dump, target: Dump, plan: PairPlan, positions: list[int], mode: str, ws: Workspace,
@@ -487,41 +552,54 @@ def small_pair_results(golden: Dump, target: Dump, plan: PairPlan, positions: li
     by columns over the batch (Judge.passing), their results made at once (what _judged makes of them); the
     others' metrics are left to _judged, which words the reason."""
     pairs, floors = plan.pairs, plan.floors
-    items, where = _small_items(golden, target, pairs, positions, mode)
-    if len(items) < 2:
+    gold, targ, where = _small_items(golden, target, pairs, positions, mode)
+    if len(where) < 2:
         return {}
-    table = batch_table(items, ws)
+    table = side_table(gold, targ, ws)
     out: dict[int, PairResult | Metrics] = {i: m for i, m in zip(where, table.metrics) if m is not None}
     rows = np.flatnonzero(table.plain).tolist()
     if not rows:
         return out
-    by_rule: dict[tuple[str, str, str | None], list[int]] = {}
-    for k in rows:
-        it = items[k]
-        by_rule.setdefault((it.golden.dtype, it.target.dtype, floors[where[k]]), []).append(k)
+    keys = list(zip(map(gold.dtype.__getitem__, rows), map(targ.dtype.__getitem__, rows),
+                    map(floors.__getitem__, map(where.__getitem__, rows))))
+    by_rule: dict[tuple[str, str, str | None], list[int]] = {keys[0]: rows} if len(set(keys)) == 1 else {}
+    if not by_rule:
+        for k, key in zip(rows, keys):
+            by_rule.setdefault(key, []).append(k)
     for (gd, td, floor), ks in by_rule.items():
         at = np.array(ks, dtype=np.int64)
         cls = judge.rules(gd, td, floor, "tensor")[0]
-        for k in at[judge.passing(table.columns, at, gd, td, floor, "tensor")].tolist():
-            i = where[k]
-            out[i] = _passed(pairs[i], out[i], cls)  # type: ignore[arg-type]  # a plain row: its metrics
+        at = at[judge.passing(table.columns, at, gd, td, floor, "tensor")]
+        done = [where[k] for k in at.tolist()]
+        same = (table.columns[M.DIFF_COUNT][at] == 0.0).tolist() if gd == td else [False] * len(done)
+        plain: list[Metrics] = list(map(out.__getitem__, done))  # type: ignore[arg-type]  # plain rows: metrics
+        out.update(zip(done, _passed(list(map(pairs.__getitem__, done)), plain, cls, same)))
     return out
 
 
-def _passed(pair: Pair, metrics: Metrics, precision: str) -> PairResult:
-    """The result _judged makes of a tensor pair judged PASS with no reason and no message (a plain row)."""
-    g, t = pair.golden, pair.target
-    assert g is not None and t is not None  # batched: both sides
-    metrics.pop(ERR_MESSAGE, None)  # "" in a plain row
-    gh, th = g.hash, t.hash
-    if gh and th and gh[:5] == "xxh3:" == th[:5]:  # hash_equal's answer for the hashes opdiff writes
-        bitwise: bool | None = gh == th
+def _passed(ps: list[Pair], metrics: list[Metrics], precision: str, same: list[bool]) -> list[PairResult]:
+    """The results _judged makes of tensor pairs judged PASS with no reason and no message (plain rows); `same`:
+    per pair, whether its dtypes are one and no element differs (bitwise equal where the hashes cannot say)."""
+    gs, ts = list(map(_GOLDEN, ps)), list(map(_TARGET, ps))
+    for m in metrics:
+        m.pop(ERR_MESSAGE, None)  # "" in a plain row
+    gh, th = list(map(_HASH, gs)), list(map(_HASH, ts))
+    if not any(gh) or not any(th):  # hash_equal can say nothing of any pair
+        bitwise: list[bool | None] = same  # type: ignore[assignment]
     else:
-        bitwise = hash_equal(g, t)
-        if bitwise is None:
-            bitwise = g.dtype == t.dtype and metrics.get(M.DIFF_COUNT) == 0
-    return PairResult(0, g, t, pair.match, STATUS_COMPARED, "tensor", metrics, PASS, bitwise, "", pair.note,
-                      list(pair.golden_group), precision)
+        bitwise = [a == b if a and b and a[:5] == "xxh3:" == b[:5] else _bitwise(g, t, m)
+                   for a, b, g, t, m in zip(gh, th, gs, ts, metrics)]
+    return list(map(PairResult, repeat(0), gs, ts, map(_MATCH, ps), repeat(STATUS_COMPARED), repeat("tensor"),
+                    metrics, repeat(PASS), bitwise, repeat(""), map(_NOTE, ps), map(list, map(_GROUP, ps)),
+                    repeat(precision)))
+
+
+def _bitwise(g: Record, t: Record, metrics: Metrics) -> bool | None:
+    """_judged's bitwise equality of a tensor pair whose hashes are not both opdiff's xxh3."""
+    bitwise = hash_equal(g, t)
+    if bitwise is None:
+        bitwise = g.dtype == t.dtype and metrics.get(M.DIFF_COUNT) == 0
+    return bitwise
 
 
 def finish(results: list[PairResult | None], golden: Dump, target: Dump) -> list[PairResult]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 import mmap
 import os
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import setitem
 from pathlib import Path
 
 import numpy as np
@@ -510,37 +511,70 @@ def _plain_rows(a: np.ndarray, c: np.ndarray, ng: np.ndarray, raw_cos: np.ndarra
     nf = n.astype(np.float64)
     cosine = np.where(diff == 0, 1.0, np.minimum(1.0, np.maximum(-1.0, raw_cos)))
     euc = np.sqrt(a[:, K.A_SUM_D2])
-    g_sh = np.array([s[0] for s in shifts])
-    t_sh = np.array([s[1] for s in shifts])
+    sh = np.array(shifts, dtype=np.float64).reshape(len(shifts), 2)
     g_mc, t_mc = a[:, K.A_SUM_GC] / nf, a[:, K.A_SUM_TC] / nf
     g_std = np.sqrt(np.maximum(a[:, K.A_SUM_GC2] / nf - g_mc * g_mc, 0.0))
     t_std = np.sqrt(np.maximum(a[:, K.A_SUM_TC2] / nf - t_mc * t_mc, 0.0))
-    kl = []
-    for sl, sa, sb, sd in a[:, [K.A_KL_SL, K.A_KL_SA, K.A_KL_SB, K.A_KL_SD]].tolist():
-        v = sl / sa - _log_ratio(sa, sb, sd)
-        kl.append(0.0 if abs(v) < K.EPS64 else v)
+    kl = _kl_rows(a)
     max_ad = a[:, K.A_MAX_AD].tolist()
-    nmae = [(m / x) if x else None for m, x in zip(max_ad, absmax)]
+    if None in absmax:
+        nmae = [(m / x) if x else None for m, x in zip(max_ad, absmax)]
+        nmae_col = np.array([np.nan if v is None else v for v in nmae], dtype=np.float64)
+        absmax_col = np.array([np.nan if v is None else v for v in absmax], dtype=np.float64)
+    else:
+        absmax_col = np.array(absmax, dtype=np.float64)
+        nz = absmax_col != 0.0
+        if nz.all():  # the same IEEE division as the line below, by numpy
+            with np.errstate(all="ignore"):  # overflow gives inf, as in Python
+                nmae_col = a[:, K.A_MAX_AD] / absmax_col
+            nmae = nmae_col.tolist()
+        else:
+            nmae = [(m / x) if x else None for m, x in zip(max_ad, absmax)]
+            nmae_col = np.array([np.nan if v is None else v for v in nmae], dtype=np.float64)
     arrays = (cosine, a[:, K.A_MAX_AD], a[:, K.A_MAX_REL], a[:, K.A_SUM_AD] / nf, a[:, K.A_SUM_REL] / nf,
               np.sqrt(a[:, K.A_SUM_D2] / nf), a[:, K.A_SUM_ACC], a[:, K.A_MAX_ACC], a[:, K.A_SUM_ACC] / nf, euc / ng,
               euc, np.array(kl, dtype=np.float64), g_std, t_std, a[:, K.A_CNT_1K] / nf, a[:, K.A_CNT_5K] / nf,
-              np.array([np.nan if v is None else v for v in nmae], dtype=np.float64), g_sh + g_mc, t_sh + t_mc,
-              np.array([np.nan if v is None else v for v in absmax], dtype=np.float64))
+              nmae_col, sh[:, 0] + g_mc, sh[:, 1] + t_mc, absmax_col)
     cols = [x.tolist() for x in arrays]
     cols[1], cols[11], cols[16], cols[19] = max_ad, kl, nmae, absmax  # as computed (None kept)
     rows = len(n)
     k = n.tolist()
     count_cols = c[:, _COUNT_IDX]
     counts = count_cols.T.tolist()
-    every = (*cols, [""] * rows, k, k, *counts, [0] * rows, c[:, K.C_WORST_IDX].tolist(), a[:, K.A_WORST_G].tolist(),
-             a[:, K.A_WORST_T].tolist())
+    every = (*cols, k, k, *counts, c[:, K.C_WORST_IDX].tolist(), a[:, K.A_WORST_G].tolist(), a[:, K.A_WORST_T].tolist())
     table: Columns = dict(zip(_PLAIN_KEYS[:len(arrays)], arrays))
     table[M.NUMEL] = table[M.COMPARED] = nf
     for key, col in zip(_COUNT_KEYS, count_cols.T):
         table[key] = col.astype(np.float64)
     table[M.NONFINITE_MISMATCH] = np.zeros(rows)
-    return list(map(dict, map(zip, repeat(_PLAIN_KEYS), zip(*every)))), table  # type: ignore[arg-type]  # in C
+    return _dicts(rows, every), table
 
+
+def _dicts(rows: int, every: tuple[list[object], ...]) -> list[Metrics]:
+    """`rows` metrics dicts of _PLAIN_KEYS in order from their columns (`every`: the keys' columns, less the two
+    constants): copies of one template (a presized table, keys in order), then each key's column set by C-level
+    maps: a fifth cheaper than a dict(zip()) per row."""
+    out = list(map(dict.copy, repeat(_TEMPLATE, rows)))
+    for key, col in zip(_SET_KEYS, every):
+        deque(map(setitem, out, repeat(key), col), 0)
+    return out  # type: ignore[return-value]  # each one a Metrics: _PLAIN_KEYS filled
+
+
+def _kl_rows(a: np.ndarray) -> list[float]:
+    """_finalize_plain's KL divergence of each row of accumulators: its own operations (`_log_ratio` inlined)."""
+    kl = []
+    log1p, log = math.log1p, math.log
+    eps = K.EPS64
+    for sl, sa, sb, sd in a[:, [K.A_KL_SL, K.A_KL_SA, K.A_KL_SB, K.A_KL_SD]].tolist():
+        x = sd / sb
+        v = sl / sa - (log1p(x) if x > -0.5 else log(sa) - log(sb))
+        kl.append(0.0 if abs(v) < eps else v)
+    return kl
+
+
+# _finalize_plain's dict with its two constants (no message, no nan/inf mismatch) set, the other keys None
+_TEMPLATE: dict[str, object] = {**dict.fromkeys(_PLAIN_KEYS), ERR_MESSAGE: "", M.NONFINITE_MISMATCH: 0}
+_SET_KEYS = tuple(k for k in _PLAIN_KEYS if k not in (ERR_MESSAGE, M.NONFINITE_MISMATCH))  # the columns of `every`
 
 _COUNT_IDX = [K.C_DIFF, K.C_G_NAN, K.C_G_PINF, K.C_G_NINF, K.C_T_NAN, K.C_T_PINF, K.C_T_NINF]
 _COUNT_KEYS = (M.DIFF_COUNT, M.GOLDEN_NAN, M.GOLDEN_POSINF, M.GOLDEN_NEGINF, M.TARGET_NAN, M.TARGET_POSINF,
