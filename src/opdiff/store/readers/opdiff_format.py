@@ -275,15 +275,21 @@ class OpdiffDump(Dump):
     def _shards(self) -> tuple[set[tuple[str, str]], dict[str, list[Record]]]:
         """The (file, part or "") of every record's data, and per shard of this part the records whose bytes
         were stored there under their own name, in the index's order (what its writer put there)."""
-        shards: set[tuple[str, str]] = set()
+        others: set[tuple[str, str]] = set()
         stored: dict[str, list[Record]] = {}
+        file, run = None, []  # the shard of the record before and its list: a shard's records are neighbours
         for r in self.records:
             data = r.data
-            if data is not None:
-                shards.add((data["file"], data.get("part") or ""))
-                if len(data) == 2 and data.get("key") == r.name:
-                    stored.setdefault(data["file"], []).append(r)
-        return shards, stored
+            if data is None:
+                continue
+            if len(data) == 2 and data.get("key") == r.name:
+                if data["file"] != file:
+                    file = data["file"]
+                    run = stored.setdefault(file, [])
+                run.append(r)
+            else:
+                others.add((data["file"], data.get("part") or ""))
+        return others | {(f, "") for f in stored}, stored
 
     def open_part(self, rank: int, step: int) -> OpdiffDump:
         return open_dump(self.root, rank=rank, step=step)
