@@ -326,3 +326,20 @@ def test_a_copy_from_before_axes_is_still_read(tmp_path: Path, monkeypatch: pyte
     if used:
         assert fast == V._read_lines(index, index.read_bytes())
     assert opdiff.load(tmp_path / "d").records == V._read_lines(index, index.read_bytes())[0]
+
+
+@pytest.mark.parametrize("rows", [[[5]], [[0], [3], [0], [1 << 40]], [[2, 3], [3, 2], [2, 3], [700, 1], [0, 0]],
+                                  [[1, 128, 768], [1, 128, 3072], [1, 128, 768], [12, 64, 128]],
+                                  [[1 << 31, 1 << 31], [1, 1 << 31], [1, 1 << 31]]])  # past 62 bits: None
+def test_rows_found_by_one_integer_each_are_the_rows(rows: list[list[int]]) -> None:
+    """colindex._rows_by_key (a uniform-rank index's shapes): each row's tuple, equal rows sharing one; None when
+    the row's integer could pass 62 bits (the tuples are then made row by row)."""
+    from opdiff.store.colindex import _rows_by_key
+
+    got = _rows_by_key(np.array(rows, dtype=np.int64))
+    k = len(rows[0])
+    if max(map(max, rows)) + 1 >= (1 << 62) ** (1 / k):
+        assert got is None
+        return
+    assert got == [tuple(r) for r in rows] and all(type(s) is tuple for s in got)
+    assert len({id(s) for s in got}) == len({tuple(r) for r in rows})

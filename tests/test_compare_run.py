@@ -249,6 +249,8 @@ def test_locate_agrees_with_span_and_fails_alike(golden):
         with pytest.raises(DumpError) as by_locate:
             d.locate(b)
         assert str(by_span.value) == str(by_locate.value)
+    wider = dataclasses.replace(rec, shape=(1, *rec.shape))  # size-1 dimensions aside: the same layout
+    assert d.locate(wider) == d.locate(rec) == (d.span(wider).path, d.span(wider).offset)
     from opdiff.compare.run import _source
 
     with pytest.raises(DumpError, match="in the shard but float16"):

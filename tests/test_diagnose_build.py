@@ -181,3 +181,61 @@ def test_stats_mode_errors_are_the_walks(tmp_path, level, golden_extra, target_e
     want = _walk(pairs, "forward", g, t)
     assert _same(_as_walk(graph), {k: v for k, v in want.items() if k != "by_name"})
     assert any(x.err for x in graph.tensors) and any(x.err == 0.0 for x in graph.tensors)  # the fault, and agreement
+
+
+def _mutated(pairs: list[PairResult], how: str) -> list[PairResult]:
+    """The pairs with one pair changed so that build's column checks must leave the per-pair tests to the loop:
+    a bitwise-equal output recorded as an alias (src), a pair made by sequence alignment, a stats pair whose two
+    sides hash the same, a stats pair whose non-finite counts differ, a pair of integers."""
+    out = list(pairs)
+    for i, p in enumerate(out):
+        g, t = p.golden, p.target
+        if g is None or t is None or p.status != "compared":
+            continue
+        differs = not p.bitwise_equal and g.stats.norm != t.stats.norm
+        if how == "alias" and p.bitwise_equal and t.role == "output":
+            out[i] = replace(p, target=replace(t, src=t.name))
+        elif how == "sequence" and p.bitwise_equal and t.role == "output":
+            out[i] = replace(p, match="sequence", golden=replace(g, op="aten.other.default"))
+        elif how == "hashed" and differs:
+            out[i] = replace(p, golden=replace(g, hash="a" * 16), target=replace(t, hash="a" * 16))  # equal: 0
+        elif how == "nonfinite" and differs:
+            out[i] = replace(p, target=replace(t, stats=replace(t.stats, nan=1)))
+        elif how == "integer" and differs:
+            out[i] = replace(p, golden=replace(g, dtype="int32"), target=replace(t, dtype="int32"))
+        else:
+            continue
+        return out
+    raise AssertionError(f"no pair to change for {how}")
+
+
+@pytest.mark.parametrize("mode,how", [("auto", "alias"), ("auto", "sequence"), ("auto", "integer"),
+                                      ("stats", "hashed"), ("stats", "nonfinite"), ("stats", "integer")])
+def test_column_checked_shortcuts_leave_odd_pairs_to_the_walk(tmp_path, mode, how):
+    """build reads only the bitwise flag (or, in stats mode, the statistics' tests inline) where it checked every
+    other condition of the shortcut by columns: one pair that breaks a condition still gets the walk's error."""
+    _run(tmp_path / "golden", "aten", True, None, None)
+    _run(tmp_path / "target", "aten", True, 2, None)
+    g, t = load(tmp_path / "golden"), load(tmp_path / "target")
+    pairs = _mutated(list(compare(g, t, workers=1, mode=mode).results), how)
+    graph = build(pairs, "forward", g, t)
+    assert _same(_as_walk(graph), {k: v for k, v in _walk(pairs, "forward", g, t).items() if k != "by_name"})
+
+
+@pytest.mark.parametrize("mode,how", [("auto", None), ("stats", None), ("auto", "integer")])
+def test_divergence_over_columns_is_noise_agrees(tmp_path, mode, how):
+    """verdict._diverging (the first divergence, the path) tests Noise.agrees over the columns: the same tensors,
+    in execution order, as the test asked of each tensor (integers: unit 0, any error diverges)."""
+    from opdiff.diagnose.local import calibrate
+    from opdiff.diagnose.verdict import _diverging
+
+    _run(tmp_path / "golden", "module", True, None, None)
+    _run(tmp_path / "target", "module", True, 2, None)
+    g, t = load(tmp_path / "golden"), load(tmp_path / "target")
+    pairs = list(compare(g, t, workers=1, mode=mode).results)
+    graph = build(_mutated(pairs, how) if how else pairs, "forward", g, t)
+    noise = calibrate(graph)
+    want = [x.id for x in graph.in_order() if x.err is not None and not noise.agrees(x.err, x.unit)]
+    assert [graph.in_order()[i].id for i in _diverging(graph, noise)] == want and want
+    if how == "integer":
+        assert any(graph.tensors[i].unit == 0 for i in want)

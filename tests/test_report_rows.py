@@ -237,3 +237,14 @@ def test_msprobe_xlsx_holds_the_msprobe_csvs_table(cmp, tmp_path):
             else:
                 assert g == (None if w == "" else w), (c, g, w)
     assert any(isinstance(v, float) and not math.isfinite(v) for r in rows for v in r.values())
+
+
+def test_metric_values_are_each_pairs_get_field_by_field(cmp):
+    """blocks.metric_values (one itemgetter map per field): each field's values as `get` gives them, None where a
+    pair lacks the field (the unmatched pair: that field falls back to `get`), in the pairs' order."""
+    from opdiff.report.blocks import metric_values
+
+    results = cmp.results
+    fields = [M.COSINE, M.MAX_ABS_ERR, M.RED, "numel"]
+    assert any(M.COSINE not in r.metrics for r in results) and any(M.COSINE in r.metrics for r in results)
+    assert metric_values(results, fields) == [[r.metrics.get(f) for r in results] for f in fields]

@@ -408,12 +408,13 @@ def plan_pairs(golden: Dump, target: Dump, mapping: Mapping | None, mode: str) -
         if g is None or t is None:
             floors.append(None)
             continue
-        floors.append(lower_precision(g_floor[g.name], t_floor[t.name]))
+        gf, tf = g_floor[g.name], t_floor[t.name]
+        floors.append(gf if gf is tf else lower_precision(gf, tf))  # one floor on both sides: that one
         if tensor and g.data is not None and t.data is not None and (
                 g.shape == t.shape or tuple(g.shape) == tuple(t.shape)):
             gs = itemsize.get(g.dtype) or itemsize.setdefault(g.dtype, numpy_dtype(g.dtype).itemsize)
             ts = itemsize.get(t.dtype) or itemsize.setdefault(t.dtype, numpy_dtype(t.dtype).itemsize)
-            work.append((i, math.prod(g.shape) * gs + math.prod(t.shape) * ts))  # _nbytes of each
+            work.append((i, math.prod(g.shape) * (gs + ts)))  # _nbytes of each: one shape, one element count
     return PairPlan(pairs, floors, work)
 
 

@@ -102,7 +102,7 @@ def _inherited(graph: Graph, err: F64, known: B, node: I64, role: npt.NDArray[np
         nid = node[outs]
         out[outs] = node_inh[nid]
         slow[outs[node_slow[nid]]] = True
-    return _fill_slow(graph, out, slow)
+    return _fill_slow(graph, out, slow, err, known)
 
 
 def _scope_inherited(graph: Graph, ids: list[int], nids: list[int], err: F64, known: B, out: F64, slow: B) -> None:
@@ -234,10 +234,20 @@ def _producer_column(graph: Graph, n: int) -> I64:
     return out
 
 
-def _fill_slow(graph: Graph, out: F64, slow: B) -> F64:
-    """The tensors the columns cannot answer, through Graph.known_sources (its look-through and scope rules)."""
+def _fill_slow(graph: Graph, out: F64, slow: B, err: F64 | None = None, known: B | None = None) -> F64:
+    """The tensors the columns cannot answer, through Graph.known_sources (its look-through and scope rules).
+    With `err` and `known` (no error is nan, so max is order-free): a tensor whose sources all have a known error
+    and the largest positive (the root's output: every call's outputs) takes that maximum over the columns,
+    exactly known_sources' answer (nothing to look through) without a walk of its many sources."""
     ts = graph.tensors
     for i in np.flatnonzero(slow).tolist():
+        if err is not None and known is not None:
+            srcs = np.fromiter(graph.sources(ts[i]), np.int64)
+            if len(srcs) > 1 and known[srcs].all():
+                m = float(err[srcs].max())
+                if m > 0.0:
+                    out[i] = m
+                    continue
         errs = [s.err for s in graph.known_sources(ts[i]) if s.err is not None]
         out[i] = max(errs) if errs else 0.0
     return out

@@ -12,7 +12,7 @@ import bisect
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import compress, count, repeat
 from operator import attrgetter, is_
 from typing import cast
 
@@ -100,6 +100,7 @@ class Graph:
     owner: dict[str, int] = field(default_factory=dict)  # module path -> its first (non-parameter) call
     direction: str = "forward"  # the pass the graph is of: forward | backward | update
     _in_order: list[Tensor] | None = field(default=None, repr=False)  # in_order(), computed once
+    _in_order_ids: np.ndarray | None = field(default=None, repr=False)  # in_order_ids(), computed once
     _known: dict[int, list[Tensor]] = field(default_factory=dict, repr=False)  # known_sources() at the default depth
     _columns: Columns | None = field(default=None, repr=False)  # columns(), computed once
     _seed: Seed | None = field(default=None, repr=False)  # what build's loop already knew of each tensor (columns.py)
@@ -135,6 +136,13 @@ class Graph:
         if self._in_order is None:
             self._in_order = sorted((x for x in self.tensors if x.target is not None), key=_by_order)
         return self._in_order
+
+    def in_order_ids(self) -> np.ndarray:
+        """The ids of in_order()'s tensors, as a column (computed once, like in_order)."""
+        ts = self.in_order()
+        if self._in_order_ids is None or len(self._in_order_ids) != len(ts):
+            self._in_order_ids = np.fromiter(map(_ID, ts), np.int64, len(ts))
+        return self._in_order_ids
 
     def changed(self) -> None:
         """Forget what was derived from the nodes' tensors: call after moving tensors between nodes."""
@@ -460,39 +468,50 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     """
     gs: list[Record | None] = list(map(_GOLDEN, pairs))
     ts: list[Record | None] = list(map(_TARGET, pairs))
-    tally = _tally(pairs, gs, ts, direction)
+    tally, whole = _tally(pairs, gs, ts, direction)
     if tally.other:
         keep = [i for i, p in enumerate(pairs) if p.record.direction == direction]
         pairs, gs, ts = [pairs[i] for i in keep], [gs[i] for i in keep], [ts[i] for i in keep]
     n = len(pairs)
-    errs, abs_errs = _pair_errors(pairs, golden, target)
     gds, tds = _dtypes(gs), _dtypes(ts)
-    seen: DtypePairs = dict(Counter(zip(gds, tds)))  # (golden dtype, target dtype) -> tensors, first seen first
+    seen = _dtype_pairs(gds, tds)
     units = {k: unit(*k) for k in seen}
     us = [units[next(iter(units))]] * n if len(units) == 1 else list(map(units.__getitem__, zip(gds, tds)))
     golden_only = [i for i, t in enumerate(ts) if t is None] if _has_none(ts) else []
     tgt = [t for t in ts if t is not None] if golden_only else cast("list[Record]", ts)
     tids = [i for i, t in enumerate(ts) if t is not None] if golden_only else list(range(n))
+    kinds, srcs = list(map(_ROLE, tgt)), list(map(_SRC, tgt))
+    # the bitwise shortcut's conditions but the flag itself hold for every pair: compared, both sides, not by
+    # counts or by sequence, no output aliasing an earlier tensor (_pair_errors then reads the flag alone)
+    uniform = whole and "counts" not in tally.modes and MATCH_SEQUENCE not in set(map(_MATCH, pairs)) \
+        and (not any(srcs) or "output" not in set(compress(kinds, srcs)))
+    plain = uniform and "stats" in tally.modes and all(x in FLOAT_DTYPES for pair in seen for x in pair) \
+        and not (any(map(_HASH, gs)) and any(map(_HASH, ts)))
+    errs, abs_errs = _pair_errors(pairs, golden, target, uniform, plain)
     names = list(map(_NODE, tgt))
-    # node name -> position (in tgt) of its first record, first seen first (its node id is its rank here)
-    at = dict(zip(reversed(names), range(len(names) - 1, -1, -1)))  # the last value a key gets: the first position
-    first = {name: at[name] for name in dict.fromkeys(names)}
-    ids = {name: k for k, name in enumerate(first)}
+    ids = dict(zip(dict.fromkeys(names), count()))  # node name -> node id, first seen first
     nids = list(map(ids.__getitem__, names))
+    nid_col = np.array(nids, dtype=np.int64)
+    first = dict(zip(ids, _first_positions(nid_col)))  # node name -> position (in tgt) of its first record
     orders = list(map(_INDEX, tgt))
-    nodes = _nodes(first, tgt, nids, orders)
-    _group(nodes, tids, nids, list(map(_ROLE, tgt)))
+    # the golden node each node was paired with: that of its first record, when every record is paired with a
+    # known error (else _golden_nodes picks one per node)
+    paired = None if _has_none(gs) or None in errs else \
+        list(map(_NODE, map(gs.__getitem__, map(tids.__getitem__, first.values()))))
+    nodes = _nodes(first, tgt, nid_col, orders, paired)
+    _group(nodes, tids, nids, kinds)
     node_col, order_col = ([-1] * n, [-1] * n) if golden_only else (nids, orders)
     if golden_only:
         for i, k, o in zip(tids, nids, orders):
             node_col[i], order_col[i] = k, o
     tensors = list(map(Tensor, range(n), pairs, gs, ts, errs, us, node_col, abs_errs, order_col))
-    _golden_nodes(nodes, first, tids, nids, gs, errs)
+    if paired is None:
+        _golden_nodes(nodes, tids, nids, gs, errs)
     for i in _target_only(gs, ts):
         if errs[i] is not None:
             tensors[i].moved = inplace_change(pairs[i], target)
-    by_name = dict(zip(map(_NAME, tgt), tids)) if any(map(_SRC, tgt)) else {}  # only src links read it
-    role_col = list(map(ROLE_CODE.get, map(_ROLE, tgt), repeat(ROLE_OTHER)))
+    by_name = dict(zip(map(_NAME, tgt), tids)) if any(srcs) else {}  # only src links read it
+    role_col = list(map(ROLE_CODE.get, kinds, repeat(ROLE_OTHER)))
     if golden_only:
         roles = [ROLE_OTHER] * n
         for i, r in zip(tids, role_col):
@@ -505,7 +524,8 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     order = sorted([x for x in tensors if x.target is not None] if golden_only else tensors, key=_ORDER)  # target's index
     _nest(nodes)
     root = _root(nodes)
-    producer = _producers(order, by_name, tensors, role_col)
+    same = not golden_only and all(map(is_, order, tensors))  # the target's order already: tgt is order's
+    producer = _producers(order, by_name, tensors, role_col, (tgt, kinds, srcs) if same else None)
     # the passthrough set is taken from the records as built: the backward pass changes tensors and roles later
     # (backward.wire_output_grads), so it is computed now there; other passes compute it when blame first asks
     passthrough = _golden_passthrough(tensors) if direction == "backward" else None
@@ -514,19 +534,22 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
                  _seed=seed, tally=tally, dtype_pairs=seen)
 
 
-_GOLDEN, _TARGET, _ID = attrgetter("golden"), attrgetter("target"), attrgetter("id")
+_GOLDEN, _TARGET, _ID, _MATCH = attrgetter("golden"), attrgetter("target"), attrgetter("id"), attrgetter("match")
+_HASH = attrgetter("hash")
 _NODE, _INDEX, _ROLE, _NAME, _LEVEL, _DIRECTION, _STATUS, _MODE, _DTYPE, _SRC = (
     attrgetter(a) for a in ("node", "index", "role", "name", "level", "direction", "status", "mode", "dtype", "src"))
 
 
-def _tally(pairs: list[PairResult], gs: list[Record | None], ts: list[Record | None], direction: str) -> Tally:
-    """build's Tally of `pairs` (tally.py), by C-level passes where every pair is compared and of `direction`."""
+def _tally(pairs: list[PairResult], gs: list[Record | None], ts: list[Record | None],
+           direction: str) -> tuple[Tally, bool]:
+    """build's Tally of `pairs` (tally.py), by C-level passes where every pair is compared and has both records
+    (then also True), else pair by pair (False)."""
     out = Tally(len(pairs))
     if list(map(_STATUS, pairs)).count("compared") == len(pairs) and not _has_none(gs) and not _has_none(ts):
         out.modes = set(map(_MODE, pairs))
         out.other = len(pairs) - list(map(_DIRECTION, ts)).count(direction)
-        return out
-    return tally_of(pairs, direction)
+        return out, True
+    return tally_of(pairs, direction), False
 
 
 def _dtypes(recs: list[Record | None]) -> list[str | None]:
@@ -536,28 +559,45 @@ def _dtypes(recs: list[Record | None]) -> list[str | None]:
     return [r.dtype if r is not None else None for r in recs]
 
 
+def _dtype_pairs(gds: list[str | None], tds: list[str | None]) -> DtypePairs:
+    """(golden dtype, target dtype) -> tensors, first seen first; one count per side where each has one dtype."""
+    n = len(gds)
+    if n and gds.count(gds[0]) == n and tds.count(tds[0]) == n:
+        return {(gds[0], tds[0]): n}
+    return dict(Counter(zip(gds, tds)))
+
+
 def _has_none(xs: list[Record | None]) -> bool:
-    """Whether a list holds None, by identity (`None in xs` would call Record.__eq__ on every element)."""
-    return any(map(is_, xs, repeat(None)))
+    """Whether a list holds None: by truth, at C level (a Record has no __bool__ or __len__, so it is always true;
+    `None in xs` would call Record.__eq__ on every element)."""
+    return not all(xs)
 
 
-def _pair_errors(pairs: list[PairResult], golden: Dump | None, target: Dump | None) -> tuple[list[float | None],
-                                                                                              list[float | None]]:
+def _pair_errors(pairs: list[PairResult], golden: Dump | None, target: Dump | None,
+                 uniform: bool = False, plain: bool = False) -> tuple[list[float | None], list[float | None]]:
     """Each pair's relative and absolute error (_errors), a pair equal bit for bit answered without its checks,
-    those whose error is their statistics' alone (_stats_only) by numpy columns (noise.stats_columns)."""
+    those whose error is their statistics' alone (_stats_only) by numpy columns (noise.stats_columns).
+    `uniform`: every pair but for its bitwise flag meets the shortcut's conditions (build checked them by columns);
+    `plain`: uniform, every dtype float and no hash on one side, so that _stats_only's remaining tests (statistics
+    there, the same non-finite counts, no error metric of data) are all a stats-mode pair needs, inline."""
     errs: list[float | None] = []
     abs_errs: list[float | None] = []
     by_stats: list[int] = []
     add_err, add_abs, errors, abs_error = errs.append, abs_errs.append, _errors, _abs_error
     add_stats, stats_only = by_stats.append, _stats_only
     for i, p in enumerate(pairs):
-        g, t = p.golden, p.target
-        if p.bitwise_equal and g is not None and t is not None and p.status == "compared" and p.mode != "counts" \
-                and p.match != MATCH_SEQUENCE and not (t.src and t.role == "output"):
+        if p.bitwise_equal and (uniform or p.golden is not None and (t := p.target) is not None
+                                and p.status == "compared" and p.mode != "counts" and p.match != MATCH_SEQUENCE
+                                and not (t.src and t.role == "output")):
             add_err(0.0)
             a = p.metrics.get(MAX_ABS)
             add_abs(a if type(a) is float and a - a == 0.0 else abs_error(p))  # a finite float, else _abs_error
-        elif p.mode == "stats" and stats_only(p, g, t):
+        elif p.mode == "stats" and (stats_only(p, p.golden, p.target) if not plain else
+                                    (sg := p.golden.stats) is not None  # type: ignore[union-attr]  # uniform
+                                    and (st := p.target.stats) is not None  # type: ignore[union-attr]
+                                    and sg.nan == st.nan and sg.posinf == st.posinf and sg.neginf == st.neginf
+                                    and (m := p.metrics) is not None and m.get(_RED) is None
+                                    and m.get(MAX_ABS) is None and m.get(_NORM_MAX_ABS) is None):
             add_err(None)
             add_abs(None)
             add_stats(i)
@@ -609,20 +649,34 @@ def _stats_pair_errors(pairs: list[PairResult], at: list[int], errs: list[float 
 MASK_SIZE = FILL * min(RANGE.values())  # the least |value| a float dtype's mask fill (has_fill) can have
 
 
-def _nodes(first: dict[str, int], tgt: list[Record], nids: list[int], orders: list[int]) -> list[Node]:
-    """One Node per call (named by its first record), spanning its records' indexes."""
+def _first_positions(nids: np.ndarray) -> list[int]:
+    """Where each node id first appears, ids numbered in order of first appearance: where the running
+    maximum rises (every earlier id is smaller there)."""
+    if not len(nids):
+        return []
+    top = np.maximum.accumulate(nids)
+    fresh = np.empty(len(nids), dtype=bool)
+    fresh[0] = True
+    np.greater(top[1:], top[:-1], out=fresh[1:])
+    return np.flatnonzero(fresh).tolist()
+
+
+def _nodes(first: dict[str, int], tgt: list[Record], nids: np.ndarray | list[int], orders: list[int],
+           golden: list[str] | None = None) -> list[Node]:
+    """One Node per call (named by its first record), spanning its records' indexes; `golden`: the golden node
+    each was paired with, when known."""
     k = len(first)
     if not k:
         return []
-    at = np.array(nids, dtype=np.int64)
+    at = np.asarray(nids, dtype=np.int64)
     idx = np.array(orders, dtype=np.int64)
     starts = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
     ends = np.full(k, np.iinfo(np.int64).min, dtype=np.int64)
     np.minimum.at(starts, at, idx)
     np.maximum.at(ends, at, idx)
-    return [Node(i, name, r.module, r.op, r.level, s, e, [], [], [], None, [], None)
-            for i, name, r, s, e in zip(range(k), first, map(tgt.__getitem__, first.values()), starts.tolist(),
-                                        ends.tolist())]
+    return [Node(i, name, r.module, r.op, r.level, s, e, [], [], [], None, [], g)
+            for i, name, r, s, e, g in zip(range(k), first, map(tgt.__getitem__, first.values()), starts.tolist(),
+                                           ends.tolist(), golden or repeat(None))]
 
 
 def _group(nodes: list[Node], tids: list[int], nids: list[int], roles: list[str]) -> None:
@@ -632,15 +686,10 @@ def _group(nodes: list[Node], tids: list[int], nids: list[int], roles: list[str]
         (n.inputs if role == "input" else n.params if role == "parameter" else n.outputs).append(tid)
 
 
-def _golden_nodes(nodes: list[Node], first: dict[str, int], tids: list[int], nids: list[int],
+def _golden_nodes(nodes: list[Node], tids: list[int], nids: list[int],
                   gs: list[Record | None], errs: list[float | None]) -> None:
-    """The golden node each node was paired with: that of its first record paired with a known error."""
-    if not _has_none(gs) and None not in errs:  # every record paired, every error known: each node's first record
-        for n, at in zip(nodes, first.values()):
-            g = gs[tids[at]]
-            assert g is not None
-            n.golden = g.node
-        return
+    """The golden node each node was paired with: that of its first record paired with a known error (where
+    every record is paired with a known error, build gives _nodes each node's first record's instead)."""
     pick = [(k, g.node) for tid, k in zip(tids, nids) if (g := gs[tid]) is not None and errs[tid] is not None]
     for k, name in dict(reversed(pick)).items():
         nodes[k].golden = name
@@ -710,24 +759,32 @@ def _golden_passthrough(tensors: list[Tensor]) -> set[int]:
 
 
 def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tensor],
-               roles: list[int] | None = None) -> dict[int, int]:
+               roles: list[int] | None = None,
+               columns: tuple[list[Record], list[str], list[str | None]] | None = None) -> dict[int, int]:
     """For each input tensor, the earlier output (or parameter) it is: from Record.src, else by content.
 
     Content keys are computed only for outputs that may be one of the inputs without a usable src link (api/aten
-    dumps link nearly all inputs): those whose hash or norm (_probe) one of these inputs has.
-    `roles`: ROLE_* of each tensor (columns.py), when at hand: Tensor.role without a call per input."""
+    dumps link nearly all inputs): those whose hash or norm (_probe) one of these inputs has; an input's key only
+    where its probe is one of those outputs' (keys that differ in probe differ).
+    `roles`: ROLE_* of each tensor (columns.py), when at hand: Tensor.role without a call per input. `columns`:
+    the target records of `order`, their roles and src links, when build has them."""
     producer: dict[int, int] = {}
     if roles is None:
         roles = [ROLE_CODE.get(t.role, ROLE_OTHER) for t in tensors]
     if "" in by_name:  # an empty src is no link (an input without one is keyed by content)
         by_name = {k: v for k, v in by_name.items() if k}
-    recs = cast("list[Record]", list(map(_TARGET, order)))
-    kinds = list(map(_ROLE, recs))
+    if columns is None:
+        recs = cast("list[Record]", list(map(_TARGET, order)))
+        kinds, srcs = list(map(_ROLE, recs)), list(map(_SRC, recs))
+    else:
+        recs, kinds, srcs = columns
     # the tensor an input's src link names (None: no usable link)
-    links = list(map(by_name.get, map(_SRC, recs), repeat(None))) if by_name else [None] * len(recs)
-    wanted = {_probe(r) for r, kind, link in zip(recs, kinds, links) if kind == "input" and link is None}
+    links = list(map(by_name.get, srcs, repeat(None))) if by_name else [None] * len(recs)
+    wanted = {r.hash or (s.norm if (s := r.stats) is not None else None) or None  # _probe(r), inline
+              for r, kind, link in zip(recs, kinds, links) if link is None and kind == "input"}
     wanted.discard(None)
     last_output: dict[object, int] = {}  # content key -> latest output or parameter that may be wanted
+    found: set[object] = set()  # the probes of last_output's keys: an input whose probe is not here has no match
     for tid, r, kind, src in zip(map(_ID, order), recs, kinds, links):
         if kind == "input":
             if src is not None and roles[src] != ROLE_INPUT:
@@ -736,16 +793,18 @@ def _producers(order: list[Tensor], by_name: dict[str, int], tensors: list[Tenso
                 p = producer.get(src)
                 if p is not None:
                     producer[tid] = p
-            elif last_output:
+            elif last_output and (r.hash or (s.norm if (s := r.stats) is not None else None) or None) in found:
                 key = _identity_key(r)
                 if key is not None:
                     p = last_output.get(key)  # one hash of the key, not two
                     if p is not None:
                         producer[tid] = p
-        elif wanted and (kind == "output" or kind == "parameter") and _probe(r) in wanted:
+        elif wanted and (kind == "output" or kind == "parameter") and \
+                (probe := r.hash or (s.norm if (s := r.stats) is not None else None) or None) in wanted:  # _probe(r)
             key = _identity_key(r)
             if key is not None:
                 last_output[key] = tid
+                found.add(probe)
     return producer
 
 

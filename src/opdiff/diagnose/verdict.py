@@ -7,8 +7,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..base.vocab import FAIL, PROVENANCE_KEY, Verdict
 from ..metrics import names as M
+from ..metrics.thresholds import SIGNIFICANT
 from ..replay.result import ReplayResult
 from .graph import Graph, Node, Tensor
 from .local import Event, contributions, inherited, propagates
@@ -226,8 +229,9 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
         "cosine": own.pair.metrics.get(M.COSINE) if own is not None else None}]
     groups = [culprit.module]  # the module at the culprit's depth each entry stands for
     keys: dict[str, str] = {}  # module -> its group key (computed once per module)
-    for t in graph.in_order():  # the diverging outputs from start_order on; the role (a property) asked last
-        if t.order < start_order or t.err is None or noise.agrees(t.err, t.unit) or t.role != "output":
+    ordered = graph.in_order()
+    for t in map(ordered.__getitem__, _diverging(graph, noise)):  # the diverging outputs from start_order on
+        if t.order < start_order or t.role != "output":
             continue
         node = graph.nodes[t.node]
         key = keys.get(node.module)
@@ -252,10 +256,19 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
 
 
 def _first_divergence(graph: Graph, noise: Noise) -> Tensor | None:
-    for t in graph.in_order():
-        if t.err is not None and not noise.agrees(t.err, t.unit):
-            return t
-    return None
+    at = _diverging(graph, noise)
+    return graph.in_order()[at[0]] if at else None
+
+
+def _diverging(graph: Graph, noise: Noise) -> list[int]:
+    """Positions in graph.in_order() of the tensors whose error Noise.agrees does not accept, ascending: its test
+    over the columns (err, unit; None is not known), at numpy speed instead of a call per tensor."""
+    ids = graph.in_order_ids()
+    c = graph.columns()
+    err, unit_ = c.err[ids], c.unit[ids]
+    with np.errstate(invalid="ignore"):
+        within = np.where(unit_ == 0, err == 0, err <= SIGNIFICANT * noise.floor * unit_)
+    return np.flatnonzero(c.known[ids] & ~within).tolist()
 
 
 Suspects = list[tuple[Node, Event, float]]  # (op, where its error entered, jump over its threshold)

@@ -359,10 +359,13 @@ def records(c: Columns) -> list[Record]:
         for i in distinct(c.codes[:, k]):
             table[i] = intern(c.table[i])
     table.append(None)  # code -1: the last entry, as numpy indexes it
-    cols = np.array(table, dtype=object)[c.codes.T].tolist()  # one C-level take of every text column
+    cols = _text_columns(c.codes, table)
     name, node, module, op, level, direction, role, pos, dtype, hsh, source, src, file, key, part, extra, axes, window = cols
-    data = [None if f is None else ({"file": f, "key": k} if p is None else {"file": f, "key": k, "part": p})
-            for f, k, p in zip(file, key, part)]
+    if part.count(None) == n and None not in file:  # every record's data in this part's shards
+        data: list[dict[str, Any] | None] = [{"file": f, "key": k} for f, k in zip(file, key)]
+    else:
+        data = [None if f is None else ({"file": f, "key": k} if p is None else {"file": f, "key": k, "part": p})
+                for f, k, p in zip(file, key, part)]
     shapes = _shapes(c)
     if axes.count(None) != n:  # format version 3's data.axes: few records have them
         for i, a in enumerate(axes):
@@ -376,6 +379,16 @@ def records(c: Columns) -> list[Record]:
     index, call = c.ints[:, 0].tolist(), c.ints[:, 1].tolist()
     return list(map(Record, index, name, node, module, op, level, call, direction, role, pos, dtype, shapes,
                     _stats(c), hsh, source, data, src, extras))
+
+
+def _text_columns(codes: np.ndarray, table: list[str | None]) -> list[list[str | None]]:
+    """Each text column as a list (`table` ends with None, code -1): a column of one value is that value
+    repeated, the others one C-level take together (most runs have one dtype, direction, no part or extra)."""
+    n = len(codes)
+    same = (codes == codes[0]).all(axis=0).tolist()
+    taken = iter(np.array(table, dtype=object)[codes[:, [not s for s in same]].T].tolist()) if not all(same) \
+        else iter(())
+    return [[table[int(codes[0, k])]] * n if s else next(taken) for k, s in enumerate(same)]
 
 
 def _with_axes(data: dict[str, Any] | None, text: str, ndim: int) -> dict[str, Any]:
@@ -409,13 +422,31 @@ def _shapes(c: Columns) -> list[tuple[int, ...]]:
     ndim = c.ints[:, 3]
     if len(ndim) and (ndim == ndim[0]).all():  # one rank for all: rows of a matrix
         k = int(ndim[0])
-        made = list(map(tuple, c.dims.reshape(len(ndim), k).tolist())) if k else [()] * len(ndim)
+        if not k:
+            return [()] * len(ndim)
+        rows = c.dims.reshape(len(ndim), k)
+        keyed = _rows_by_key(rows)
+        if keyed is not None:
+            return keyed
+        made = list(map(tuple, rows.tolist()))
     else:
         dims = c.dims.tolist()
         ends = np.cumsum(ndim).tolist()
         made = [tuple(dims[a:b]) for a, b in zip([0, *ends[:-1]], ends)]
     seen: dict[tuple[int, ...], tuple[int, ...]] = {}
     return list(map(seen.setdefault, made, made))
+
+
+def _rows_by_key(rows: np.ndarray) -> list[tuple[int, ...]] | None:
+    """Each row as a tuple, rows of equal dims sharing one, found by one integer per row (its dims as digits
+    of base max + 1) instead of a tuple made and hashed per row; None when that integer could pass 62 bits."""
+    base = int(rows.max()) + 1  # dims are >= 0 (sound)
+    if base ** rows.shape[1] >= 1 << 62:
+        return None
+    keys = (rows @ base ** np.arange(rows.shape[1], dtype=np.int64)).tolist()
+    last = dict(zip(keys, range(len(keys))))  # a row of each key
+    one = dict(zip(last, map(tuple, rows[list(last.values())].tolist())))
+    return list(map(one.__getitem__, keys))
 
 
 def _stats(c: Columns) -> list[Stats | None]:

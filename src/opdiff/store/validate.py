@@ -16,7 +16,6 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-import orjson
 from xxhash import xxh3_64, xxh3_64_hexdigest
 
 from ..base import gcpause
@@ -26,6 +25,7 @@ from ..base.safepath import open_regular, read_regular
 from .colindex import COLS_FILE, Columns, load_columns_of, sound
 from .colindex import records as columnar_records
 from .format import DTYPES, FORMAT_NAME, READ_VERSIONS, SAFETENSORS_TO_NAME, axes_problem, window_problem
+from .headercols import header_entries, plain_object
 from .names import KIND_CALL, KIND_TENSOR, line_kind
 
 MAX_META_BYTES = 64 << 20
@@ -257,7 +257,11 @@ class ShardHeader:
 
 def shard_entries(path: Path, raw: bytes, n: int, size: int) -> ShardHeader:
     """Every entry of a safetensors header checked: known dtype, sizes, offsets inside the file that
-    hold exactly the shape's bytes and overlap no other tensor."""
+    hold exactly the shape's bytes and overlap no other tensor. A sound header is checked as columns
+    (store/headercols.py); any other goes entry by entry, which names the problem."""
+    columns = header_entries(raw, 8 + n, size)
+    if columns is not None:
+        return ShardHeader(path=path, size=size, entries=columns)
     try:
         header = _header_fast(raw)
         if header is None:
@@ -290,13 +294,8 @@ def _header_fast(raw: bytes) -> dict[str, Any] | None:
     the text less those inside the keys counted equal the pairs parsed only when no key was dropped (counting
     fewer pairs or fewer colons can only make them differ). None for anything else: parse_json parses it
     and names any problem."""
-    if b"\\" in raw:
-        return None
-    try:
-        header = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if type(header) is not dict:
+    header = plain_object(raw)
+    if header is None:
         return None
     values = list(header.values())
     if values and set(map(type, values)) != {dict}:

@@ -28,6 +28,7 @@ from ..format import (
     row_major_strides,
     window_end,
 )
+from ..headercols import Written, as_written
 from ..source import Dump, TensorSpan
 from ..stats import content_hash
 from ..validate import MAX_HEADER_BYTES, ShardHeader, read_index, read_meta, same_layout, shard_entries
@@ -36,8 +37,18 @@ _PART_RE = re.compile(r"^rank(\d+)$")
 _STEP_RE = re.compile(r"^step(\d+)$")
 
 
-def read_shard_header(path: Path) -> ShardHeader:
-    """Parse and check a safetensors header against the file's real size; every error names the file."""
+def read_shard_header(path: Path, written: Written | None = None) -> ShardHeader:
+    """Parse and check a safetensors header against the file's real size; every error names the file. With
+    `written` (the entries this part's index says its writer put there), a header that is exactly their text
+    needs no parse (headercols.as_written)."""
+    raw, n, size = _header_bytes(path)
+    entries = None if written is None else as_written(raw, 8 + n, size, *written)
+    return ShardHeader(path=path, size=size, entries=entries) if entries is not None else \
+        shard_entries(path, raw, n, size)
+
+
+def _header_bytes(path: Path) -> tuple[bytes, int, int]:
+    """(header text, its length, the file's size) of a shard, its length checked against the file."""
     fd, size = open_regular(path, what="shard")
     try:
         head = os.pread(fd, 8, 0)
@@ -53,7 +64,7 @@ def read_shard_header(path: Path) -> ShardHeader:
         os.close(fd)
     if len(raw) != n:
         raise DumpError(f"{path}: shard ended inside its header")
-    return shard_entries(path, raw, n, size)
+    return raw, n, size
 
 
 def _read_meta(root: Path) -> tuple[dict[str, Any], list[str]]:
@@ -132,15 +143,15 @@ class OpdiffDump(Dump):
         """The optional call-description lines of the index (kind == "call"), for replay."""
         return self._calls
 
-    def header(self, rel: str, part: str | None = None) -> ShardHeader:
+    def header(self, rel: str, part: str | None = None, written: Written | None = None) -> ShardHeader:
         """A shard's checked header, in this part or in `part` (a record stored once per dump, format
-        version 2); the shard must resolve inside the dump (symlinks included)."""
+        version 2); the shard must resolve inside the dump (symlinks included). `written`: read_shard_header's."""
         key = rel if part is None else f"{part}/{rel}"
         h = self._headers.get(key)
         if h is None:
             base = self.dir if part is None else inside(self.root, part, what="data part")
             path = inside(base, rel, what="shard path", within=self.root)
-            h = self._headers[key] = read_shard_header(path)
+            h = self._headers[key] = read_shard_header(path, written)
         return h
 
     def span(self, rec: Record) -> TensorSpan | np.ndarray:
@@ -157,6 +168,12 @@ class OpdiffDump(Dump):
     def locate(self, rec: Record) -> tuple[Path, int] | None:
         """(shard, offset) of the record's bytes (span's checks); None when they lie in another order (span
         copies them)."""
+        data = rec.data
+        if data is not None and len(data) == 2:  # file and key only: the common record, from a header read
+            h = self._headers.get(data["file"])
+            entry = None if h is None else h.entries.get(data["key"])
+            if entry is not None and entry[0] == rec.dtype and entry[1] == rec.shape:
+                return h.path, entry[2]  # type: ignore[union-attr]  # h holds the entry
         path, start, how = self._where(rec)
         return (path, start) if how is None else None
 
@@ -244,8 +261,35 @@ class OpdiffDump(Dump):
     def check(self) -> None:
         """Every shard the index refers to resolves inside the dump, is a regular file with a sound header
         whose entries all lie inside it (checked when the header is read)."""
-        for rel, part in sorted({(r.data["file"], r.data.get("part") or "") for r in self.records if r.data is not None}):
-            self.header(rel, part or None)
+        if self._headers:  # some read already (a second check, a record located): read the others as they are
+            for rel, part in sorted({(r.data["file"], r.data.get("part") or "") for r in self.records
+                                     if r.data is not None}):
+                self.header(rel, part or None)
+            return
+        shards, stored = self._shards()
+        for rel, part in sorted(shards):
+            own = None if part else stored.get(rel)
+            self.header(rel, part or None, None if own is None else
+                        ([r.name for r in own], [r.dtype for r in own], [r.shape for r in own]))
+
+    def _shards(self) -> tuple[set[tuple[str, str]], dict[str, list[Record]]]:
+        """The (file, part or "") of every record's data, and per shard of this part the records whose bytes
+        were stored there under their own name, in the index's order (what its writer put there)."""
+        others: set[tuple[str, str]] = set()
+        stored: dict[str, list[Record]] = {}
+        file, run = None, []  # the shard of the record before and its list: a shard's records are neighbours
+        for r in self.records:
+            data = r.data
+            if data is None:
+                continue
+            if len(data) == 2 and data.get("key") == r.name:
+                if data["file"] != file:
+                    file = data["file"]
+                    run = stored.setdefault(file, [])
+                run.append(r)
+            else:
+                others.add((data["file"], data.get("part") or ""))
+        return others | {(f, "") for f in stored}, stored
 
     def open_part(self, rank: int, step: int) -> OpdiffDump:
         return open_dump(self.root, rank=rank, step=step)
