@@ -86,9 +86,11 @@ def _num(x: Any) -> float | None:
 
 def stats_of(entry: dict[str, Any], numel: int) -> Stats | None:
     """msprobe's Max/Min/Mean/Norm as opdiff Stats; a non-finite Max/Min/Mean counts as one nan/inf (a lower bound)."""
+    raw = [entry.get("Max"), entry.get("Min"), entry.get("Mean"), entry.get("Norm")]
+    if all(type(v) is float and math.isfinite(v) for v in raw):  # the usual case: four finite numbers
+        return Stats(numel=numel, max=raw[0], min=raw[1], mean=raw[2], norm=raw[3], nan=0, posinf=0, neginf=0)
     if not any(k in entry for k in ("Max", "Min", "Mean", "Norm")):
         return None
-    raw = [entry.get(k) for k in ("Max", "Min", "Mean", "Norm")]
     text = " ".join(str(v).lower() for v in raw if v is not None)
     nan = int("nan" in text)
     posinf = int(str(entry.get("Max")).lower() in ("inf", "+inf"))
@@ -182,12 +184,14 @@ class _Builder:
             return
         depth = name.module.count(".") + 1 if name.kind == "module" else 99
         start = (min(first.get(key, i), i) - 0.5, depth, 0) if name.kind == "module" else (i, 0, 0)
-        args = [(f"{key}.input.{p}", e) for p, e in scalar_leaves(value.get("input_args"), "")]
+        in_args = list(_leaves(value.get("input_args"), ""))  # one walk: its scalars, then its tensors
+        args = [(f"{key}.input.{p}", e) for p, e in in_args if not _is_tensor(e)]
         args += [(f"{key}.input.{p}", e) for p, e in scalar_leaves(value.get("input_kwargs"), "")]
         if args:
             self.scalars[key] = [[n, e.get("type") if e else None, e.get("value") if e else None] for n, e in args]
-        for pos, e in walk(value.get("input_args"), ""):
-            self.add(start, name, node, level, "forward", "input", pos, e, f"{key}.input.{pos}")
+        for pos, e in in_args:
+            if _is_tensor(e):
+                self.add(start, name, node, level, "forward", "input", pos, e, f"{key}.input.{pos}")
         for pos, e in walk(value.get("input_kwargs"), "kwargs"):
             self.add(start, name, node, level, "forward", "input", pos, e, f"{key}.input.{pos.split('.', 1)[1]}")
         for pos, e in walk(value.get("parameters"), ""):
