@@ -562,10 +562,9 @@ def small_pair_results(golden: Dump, target: Dump, plan: PairPlan, positions: li
         return out
     keys = list(zip(map(gold.dtype.__getitem__, rows), map(targ.dtype.__getitem__, rows),
                     map(floors.__getitem__, map(where.__getitem__, rows))))
-    by_rule: dict[tuple[str, str, str | None], list[int]] = {keys[0]: rows} if len(set(keys)) == 1 else {}
-    if not by_rule:
-        for k, key in zip(rows, keys):
-            by_rule.setdefault(key, []).append(k)
+    by_rule: dict[tuple[str, str, str | None], list[int]] = {}
+    for k, key in zip(rows, keys):
+        by_rule.setdefault(key, []).append(k)
     for (gd, td, floor), ks in by_rule.items():
         at = np.array(ks, dtype=np.int64)
         cls = judge.rules(gd, td, floor, "tensor")[0]

@@ -139,8 +139,8 @@ class Graph:
 
     def in_order_ids(self) -> np.ndarray:
         """The ids of in_order()'s tensors, as a column (computed once, like in_order)."""
-        ts = self.in_order()
-        if self._in_order_ids is None or len(self._in_order_ids) != len(ts):
+        if self._in_order_ids is None:
+            ts = self.in_order()
             self._in_order_ids = np.fromiter(map(_ID, ts), np.int64, len(ts))
         return self._in_order_ids
 

@@ -301,7 +301,7 @@ def _file_runs(side: Side, files: list[int], sizes: list[int]) -> list[tuple[lis
     hi = lo + np.array(nbytes, dtype=np.int64)
     if lo.min() < 0 or hi.max() >= _FILE_SPAN:
         return _python_runs(side, files, sizes)
-    uniq, file_no = np.unique(ids, return_inverse=True)
+    file_no = np.unique(ids, return_inverse=True)[1]
     order = np.lexsort((lo, file_no))
     base = file_no[order] * _FILE_SPAN  # files apart: each file's offsets above every earlier file's ends
     lo_s, hi_s = lo[order] + base, hi[order] + base

@@ -261,12 +261,7 @@ class OpdiffDump(Dump):
     def check(self) -> None:
         """Every shard the index refers to resolves inside the dump, is a regular file with a sound header
         whose entries all lie inside it (checked when the header is read)."""
-        if self._headers:  # some read already (a second check, a record located): read the others as they are
-            for rel, part in sorted({(r.data["file"], r.data.get("part") or "") for r in self.records
-                                     if r.data is not None}):
-                self.header(rel, part or None)
-            return
-        shards, stored = self._shards()
+        shards, stored = self._shards()  # a header read already is kept as it was (header())
         for rel, part in sorted(shards):
             own = None if part else stored.get(rel)
             self.header(rel, part or None, None if own is None else
