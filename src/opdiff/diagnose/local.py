@@ -179,18 +179,20 @@ def propagates(graph: Graph, noise: Noise, t: Tensor, judged: bool = False) -> b
     """
     if graph.is_model_output(t):
         return True
-    if judged and graph.module_level and t.moved is not None:
+    module_level, role = graph.module_level, t.role
+    if judged and module_level and t.moved is not None:
         return True  # changed in place: its caller goes on using it, in code a module-level dump does not record
-    readers = graph.consumer_nodes(t)
+    # consumer_nodes: an input is read by its own call; anything else by the inputs that are it (none: no call)
+    readers = graph.consumer_nodes(t) if role == "input" or graph.consumers.get(t.id) else []
     if not readers:  # the update's results are what the next step reads: they always matter
-        return graph.module_level or t.role == "parameter" or graph.direction == "update" or not graph.producer
-    siblings = set(graph.nodes[t.node].outputs) if t.role == "output" and t.node >= 0 else {t.id}
+        return module_level or role == "parameter" or graph.direction == "update" or not graph.producer
+    siblings = set(graph.nodes[t.node].outputs) if role == "output" and t.node >= 0 else {t.id}
     for node, via in readers:
         outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
         if not outs:
             return True  # an op golden does not have, or outputs not recorded: cannot tell
         same = {i for i in node.inputs + node.params if i == via or graph.producer.get(i) in siblings}
-        if any(_shows(graph, noise, node, o, via, judged or t.role == "input", same) for o in outs):
+        if any(_shows(graph, noise, node, o, via, judged or role == "input", same) for o in outs):
             return True
     return False
 

@@ -16,6 +16,7 @@ from ..base.vocab import FAIL, PROVENANCE_KEY, Verdict
 from ..metrics import names as M
 from ..metrics.thresholds import SIGNIFICANT
 from ..replay.result import ReplayResult
+from .columns import ROLE_OUTPUT
 from .graph import Graph, Node, Tensor
 from .local import Event, contributions, inherited, propagates
 from .noise import DRIFT, Noise
@@ -226,43 +227,49 @@ def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: in
 
     The runs of one module are found first and an entry is made only for the last call of each run that is
     kept (`limit`): every diverging output is visited, but one dict per kept entry, not per output."""
-    runs = _path_runs(graph, _diverging_from(graph, noise, start_order), culprit)
+    runs = _path_runs(graph, _diverging_outputs(graph, noise, start_order), culprit)
     if len(runs) > limit:
         runs = runs[: limit - 1] + [runs[-1]]
     return [_path_entry(graph, t, noise) if t is not None else _culprit_entry(graph, culprit, noise) for t in runs]
 
 
-def _diverging_from(graph: Graph, noise: Noise, start_order: int) -> list[Tensor]:
-    """The diverging tensors (_diverging) from execution order `start_order` on, in order: in_order() is
-    sorted by order, so those before it are a prefix, cut by bisection."""
+def _diverging_outputs(graph: Graph, noise: Noise, start_order: int) -> list[tuple[int, int]]:
+    """(tensor id, node id) of the diverging outputs (_diverging) from execution order `start_order` on, in order:
+    in_order() is sorted by order, so those before it are a prefix, cut by bisection; roles and nodes from the
+    columns (an output's role there is its target record's, as Tensor.role of a tensor with a target)."""
     ordered = graph.in_order()
-    at = _diverging(graph, noise)
-    lo = bisect.bisect_left(at, bisect.bisect_left(ordered, start_order, key=_ORDER))
-    return list(map(ordered.__getitem__, at[lo:]))
+    at = _diverging_at(graph, noise)
+    at = at[np.searchsorted(at, bisect.bisect_left(ordered, start_order, key=_ORDER)):]
+    c = graph.columns()
+    ids = graph.in_order_ids()[at]
+    ids = ids[c.role[ids] == ROLE_OUTPUT]
+    return list(zip(ids.tolist(), c.node[ids].tolist()))
 
 
-def _path_runs(graph: Graph, diverging: list[Tensor], culprit: Node) -> list[Tensor | None]:
+def _path_runs(graph: Graph, diverging: list[tuple[int, int]], culprit: Node) -> list[Tensor | None]:
     """The last diverging output of each run of outputs that share a module at the culprit's depth (their
     group key), in order; None stands for the culprit's own entry, which the first run replaces when it is
     of the culprit's group."""
     comps = culprit.module.split(".") if culprit.module else []
     groups = [culprit.module]  # the module at the culprit's depth each entry stands for
-    runs: list[Tensor | None] = [None]
-    keys: dict[str, str] = {}  # module -> its group key (computed once per module)
+    runs: list[int | None] = [None]
+    keys: dict[int, str] = {}  # node id -> its module's group key
+    by_module: dict[str, str] = {}  # module -> its group key (computed once per module)
     nodes = graph.nodes
-    for t in diverging:
-        if t.role != "output":
-            continue
-        module = nodes[t.node].module
-        key = keys.get(module)
+    for tid, nid in diverging:
+        key = keys.get(nid)
         if key is None:
-            key = keys[module] = _group_key(module, comps)
+            module = nodes[nid].module
+            key = by_module.get(module)
+            if key is None:
+                key = by_module[module] = _group_key(module, comps)
+            keys[nid] = key
         if groups[-1] == key:
-            runs[-1] = t
+            runs[-1] = tid
         else:
-            runs.append(t)
+            runs.append(tid)
             groups.append(key)
-    return runs
+    return [graph.tensors[i] if i is not None else None for i in runs]
 
 
 def _group_key(module: str, comps: list[str]) -> str:
@@ -301,12 +308,18 @@ def _first_divergence(graph: Graph, noise: Noise) -> Tensor | None:
 def _diverging(graph: Graph, noise: Noise) -> list[int]:
     """Positions in graph.in_order() of the tensors whose error Noise.agrees does not accept, ascending: its test
     over the columns (err, unit; None is not known), at numpy speed instead of a call per tensor."""
+    out: list[int] = _diverging_at(graph, noise).tolist()
+    return out
+
+
+def _diverging_at(graph: Graph, noise: Noise) -> np.ndarray:
+    """_diverging's positions as a column."""
     ids = graph.in_order_ids()
     c = graph.columns()
     err, unit_ = c.err[ids], c.unit[ids]
     with np.errstate(invalid="ignore"):
         within = np.where(unit_ == 0, err == 0, err <= SIGNIFICANT * noise.floor * unit_)
-    return np.flatnonzero(c.known[ids] & ~within).tolist()
+    return np.flatnonzero(c.known[ids] & ~within)
 
 
 _ORDER = attrgetter("order")
