@@ -49,10 +49,11 @@ runpy.run_module("opdiff", run_name="__main__")
 """
 
 
-def loaded_by(tmp: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    """The finished command and the modules its process had loaded."""
+def loaded_by(tmp: Path, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """The finished command and the modules its process had loaded (`env` adds to the environment)."""
     listing = tmp / "modules.txt"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p),
+           **(env or {})}
     p = subprocess.run([sys.executable, "-c", _PROBE, str(listing), *args], capture_output=True, text=True,
                        timeout=300, env=env)
     return p, set(listing.read_text().split()) if listing.exists() else set()
@@ -113,3 +114,23 @@ def test_command_table_names_every_command_of_every_module():
 def test_every_deferred_writer_resolves(key):
     w = WRITERS[key]
     assert isinstance(w, Deferred) and callable(w.load()) and not isinstance(w.load(), Deferred)
+
+
+# a lowering module of numba's: imported by numba's target refresh (compiling), never by a cache load of ours
+COMPILER_ONLY = "numba.cpython.unicode"
+
+
+def test_cached_kernels_load_without_the_compiler_and_give_the_same_results(tmp_path):
+    """A cold numba cache compiles (numba's refresh, its lowering modules); the next process loads the same kernels
+    lean (base/jitcache.py: no refresh) and writes the same report byte for byte."""
+    write_dump(tmp_path / "g", _tensors(2, 0.0))
+    write_dump(tmp_path / "t", _tensors(2, 1e-3))
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}  # empty: the first run compiles into it
+    csv = []
+    for run in ("cold", "warm"):
+        p, mods = loaded_by(tmp_path, "compare", str(tmp_path / "g"), str(tmp_path / "t"), "-o", str(tmp_path / run),
+                            "--no-progress", "--format", "csv", env=env)
+        assert p.returncode in (0, 1), p.stderr
+        assert (COMPILER_ONLY in mods) == (run == "cold"), run
+        csv.append((tmp_path / run / "compare.csv").read_bytes())
+    assert csv[0] == csv[1] and csv[0].count(b"\n") == 7
