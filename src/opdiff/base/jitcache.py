@@ -7,8 +7,9 @@ module a cache whose load starts numba's runtime (NRT: loaded code links against
 refreshes as numba does, and the dispatcher compiles as before. Compiling refreshes the contexts itself (numba's
 CompilerBase), so nothing later depends on the skipped refresh; the machine code run is the same bytes.
 
-numba is imported here only when `load_lean` is called (by the packages that hold kernels: metrics, match); on a
-numba whose cache classes differ from what this expects, nothing is changed.
+numba is imported here only when `load_lean` is called (by the packages that hold kernels: metrics, match). It leans
+on numba's private cache classes, so it applies only to the numba minor versions it was tested with (TESTED); on
+any other numba, or one whose cache classes differ from what this expects, nothing is changed.
 """
 
 from __future__ import annotations
@@ -17,15 +18,20 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
+TESTED = ("0.68.",)  # numba versions whose FunctionCache this was read against and tested with (tests/test_startup.py)
+
 
 @cache
 def _lean_class() -> type | None:
     """numba's FunctionCache with a load that skips the refresh on a hit (made once, on first use); None when
     numba's internals differ."""
     try:
+        import numba
         from numba.core.caching import FunctionCache
         from numba.core.runtime import nrt
     except ImportError:
+        return None
+    if not numba.__version__.startswith(TESTED):
         return None
     if not all(hasattr(FunctionCache, a) for a in ("load_overload", "_load_overload",
                                                     "_guard_against_spurious_io_errors")) \
