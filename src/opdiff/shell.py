@@ -201,7 +201,7 @@ class Shell(cmd.Cmd):
             self._readline.set_history_length(2000)
             self._readline.write_history_file(path)
         except OSError as exc:
-            self.con.print(f"[yellow]warning:[/] history not saved to {path}: {exc}")
+            self.con.print(f"[yellow]warning:[/] history not saved to {safe(path)}: {safe(exc)}")
 
     def completenames(self, text: str, *ignored: Any) -> list[str]:
         return [n for n in super().completenames(text, *ignored) if n != "EOF"]
