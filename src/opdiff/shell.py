@@ -19,11 +19,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from .base import numfmt
-from .base.termsafe import safe
+from .base.termsafe import escape_markup, safe
 from .errors import OpdiffError
 from .store import Dump, Record
 from .store.format import numpy_dtype
@@ -202,7 +201,7 @@ class Shell(cmd.Cmd):
             self._readline.set_history_length(2000)
             self._readline.write_history_file(path)
         except OSError as exc:
-            self.con.print(f"[yellow]warning:[/] history not saved to {path}: {exc}")
+            self.con.print(f"[yellow]warning:[/] history not saved to {safe(path)}: {safe(exc)}")
 
     def completenames(self, text: str, *ignored: Any) -> list[str]:
         return [n for n in super().completenames(text, *ignored) if n != "EOF"]
@@ -287,7 +286,7 @@ class Shell(cmd.Cmd):
             self.con.print("[bold]       stats[/]: " + "  ".join(f"{k}={_fmt(v)}" for k, v in r.stats.to_json().items()))
         call = next((c for c in dump.calls if c.get("node") == r.node and c.get("direction", r.direction) == r.direction), None)
         if call is not None:
-            self.con.print("[bold]   arguments[/]: " + escape(f"{r.op}({call_args_text(call)})"), highlight=False)
+            self.con.print("[bold]   arguments[/]: " + escape_markup(f"{r.op}({call_args_text(call)})"), highlight=False)
         siblings = [x for x in dump.records if x.node == r.node and x.name != r.name]
         if siblings:
             self.con.print(f"[bold]other tensors of {safe(r.node)}[/]:")

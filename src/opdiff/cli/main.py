@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import sys
 import textwrap
-from pathlib import Path
+from importlib import import_module
 
 import click
 
@@ -24,8 +24,28 @@ def summary(cmd: click.Command) -> str:
     return " ".join(first.replace("\b", "").split())
 
 
+# command name -> the module of this package whose register() adds it: a command's module (and what it
+# imports: torch helpers, the demo's model zoo, the report writers it alone uses) loads only when that command
+# runs or help lists it, so `opdiff compare` pays for no other command (tests/test_startup.py checks the table)
+COMMANDS: dict[str, str] = {
+    "capture-onnx": "fusion_cmd", "compare": "compare_cmd", "convert": "convert_cmd", "demo": "demo_cmd",
+    "diagnose": "diagnose_cmd", "explorer": "explorer_cmd", "export-onnx": "export_cmd", "fusion": "fusion_cmd",
+    "hunt": "hunt_cmd", "import": "import_cmd", "info": "inspect_cmds", "ls": "inspect_cmds",
+    "replay": "diagnose_cmd", "replicas": "replicas_cmd", "run": "run_cmd", "shell": "shell_cmd",
+}
+
+
 class WholeHelpGroup(click.Group):
-    """The command group whose listing gives every command's summary whole (wrapped, never cut)."""
+    """The command group whose listing gives every command's summary whole (wrapped, never cut); each command's
+    module is imported on first use (COMMANDS)."""
+
+    def list_commands(self, ctx: click.Context | None) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context | None, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            import_module(f"opdiff.cli.{COMMANDS[cmd_name]}").register(self)
+        return self.commands.get(cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, summary(cmd)) for name in self.list_commands(ctx)
@@ -57,19 +77,9 @@ def cli() -> None:
     """
 
 
-def _register() -> None:
-    """Register every command module of this package (`*_cmd.py`, plus inspect_cmds): no silent skip."""
-    import pkgutil
-    from importlib import import_module
-
-    here = [str(Path(__file__).parent)]
-    names = sorted(m.name for m in pkgutil.iter_modules(here)
-                   if m.name.endswith("_cmd") or m.name == "inspect_cmds")
-    for name in names:
-        import_module(f"opdiff.cli.{name}").register(cli)
-
-
-_register()
+def commands() -> dict[str, click.Command]:
+    """Every command by name, each module imported (help, tests): what `opdiff --help` lists."""
+    return {name: cmd for name in cli.list_commands(None) if (cmd := cli.get_command(None, name)) is not None}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import lru_cache
 
 from ..metrics.masks import absmax, mask_pair
 from ..metrics.thresholds import unit
@@ -49,8 +50,10 @@ def _base(op: str) -> str | None:
     return b[:-1] if b.endswith("_") and not b.startswith("_") else b
 
 
+@lru_cache(maxsize=4096)
 def op_kind(op: str) -> str | None:
-    """'move', 'sum', 'mul', 'div' or None (an op whose noise only calibration can tell), from its name."""
+    """'move', 'sum', 'mul', 'div' or None (an op whose noise only calibration can tell), from its name. A pure
+    function of the name, cached: the per-event rules ask it for every output (a model has a few hundred op names)."""
     b = _base(op)
     return next((k for k, names in _KINDS.items() if b in names), None)
 
@@ -100,11 +103,13 @@ def output_bound(graph: Graph, t: Tensor, skip: int | None = None) -> float | No
     """Largest absolute error a correct op of a tight kind can give its output `t` (None: not tight or
     not known). With `skip`, one input is left out: what the others alone explain."""
     node = graph.node_of(t)
-    if node is None or t.role != "output" or not _usable(t):
+    if node is None or t.role != "output":
         return None
-    kind = op_kind(node.op)
-    ins = _inputs(graph, node, kind, skip) if kind is not None else None
-    if kind is None or ins is None or (kind in ("mul", "div") and skip is not None):
+    kind = op_kind(node.op)  # before _usable (the same answer: both must hold), a dict lookup per op name
+    if kind is None or (kind in ("mul", "div") and skip is not None) or not _usable(t):
+        return None
+    ins = _inputs(graph, node, kind, skip)
+    if ins is None:
         return None
     scale = _scale(t) or 0.0
     brought = _brought(kind, ins, scale)
@@ -189,6 +194,14 @@ def inplace_jump(t: Tensor) -> float | None:
     if t.moved is None or t.unit == 0 or not math.isfinite(t.moved):
         return None
     return t.moved / (CAST * t.unit)
+
+
+def unbounded_output(t: Tensor, node: Node) -> bool:
+    """Whether `t` is an output that no tight rule bounds and leaf_jump does not take, without asking each rule:
+    an output (not a parameter, an input or a handed-over tensor) of a call that is not an aten op (no leaf),
+    not changed in place, of no tight kind (op_kind). Then tight_jump and leaf_jump are None (the events'
+    common case at module level; tests/test_diagnose_events.py checks it against the rules)."""
+    return node.level != "aten" and t.moved is None and t.role == "output" and op_kind(node.op) is None
 
 
 BOUNDS: tuple[Callable[[Graph, Tensor], float | None], ...] = (output_bound, handover_bound)

@@ -106,6 +106,7 @@ class Graph:
     _seed: Seed | None = field(default=None, repr=False)  # what build's loop already knew of each tensor (columns.py)
     tally: Tally | None = None  # what build counted over the pairs it was handed (tally.py)
     dtype_pairs: DtypePairs = field(default_factory=dict)  # (golden dtype, target dtype) -> tensors, as built
+    _root_keys: list[tuple[object, ...] | None] | None = field(default=None, repr=False)  # is_model_output's
 
     def __post_init__(self) -> None:
         consumers = self.consumers
@@ -150,6 +151,7 @@ class Graph:
         self._ends.clear()
         self._columns = None
         self._seed = None
+        self._root_keys = None
 
     def columns_seeded(self) -> bool:
         """Whether the graph still holds the tensors build made (nothing moved or added since: `changed`)."""
@@ -343,7 +345,11 @@ class Graph:
         if t.id in outs:
             return True
         key = _identity_key(t.target)
-        return key is not None and any(_identity_key(self.tensors[o].target) == key for o in outs)
+        if key is None:
+            return False
+        if self._root_keys is None:  # the root outputs' keys, once (every event asks: changed() forgets them)
+            self._root_keys = [_identity_key(self.tensors[o].target) for o in outs]
+        return key in self._root_keys  # == per key, as any(k == key ...) (list membership: identity, then ==)
 
     def ancestors(self, node: Node) -> list[Node]:
         out = []
@@ -485,9 +491,9 @@ def build(pairs: list[PairResult], direction: str = "forward", golden: Dump | No
     # counts or by sequence, no output aliasing an earlier tensor (_pair_errors then reads the flag alone)
     uniform = whole and "counts" not in tally.modes and MATCH_SEQUENCE not in set(map(_MATCH, pairs)) \
         and (not any(srcs) or "output" not in set(compress(kinds, srcs)))
-    plain = uniform and "stats" in tally.modes and all(x in FLOAT_DTYPES for pair in seen for x in pair) \
-        and not (any(map(_HASH, gs)) and any(map(_HASH, ts)))
-    errs, abs_errs = _pair_errors(pairs, golden, target, uniform, plain)
+    floats = all(x in FLOAT_DTYPES for pair in seen for x in pair)
+    plain = uniform and "stats" in tally.modes and floats and not (any(map(_HASH, gs)) and any(map(_HASH, ts)))
+    errs, abs_errs = _pair_errors(pairs, golden, target, uniform, plain, floats=uniform and floats)
     names = list(map(_NODE, tgt))
     ids = dict(zip(dict.fromkeys(names), count()))  # node name -> node id, first seen first
     nids = list(map(ids.__getitem__, names))
@@ -574,17 +580,19 @@ def _has_none(xs: list[Record | None]) -> bool:
 
 
 def _pair_errors(pairs: list[PairResult], golden: Dump | None, target: Dump | None,
-                 uniform: bool = False, plain: bool = False) -> tuple[list[float | None], list[float | None]]:
+                 uniform: bool = False, plain: bool = False, *,
+                 floats: bool = False) -> tuple[list[float | None], list[float | None]]:
     """Each pair's relative and absolute error (_errors), a pair equal bit for bit answered without its checks,
     those whose error is their statistics' alone (_stats_only) by numpy columns (noise.stats_columns).
     `uniform`: every pair but for its bitwise flag meets the shortcut's conditions (build checked them by columns);
     `plain`: uniform, every dtype float and no hash on one side, so that _stats_only's remaining tests (statistics
-    there, the same non-finite counts, no error metric of data) are all a stats-mode pair needs, inline."""
+    there, the same non-finite counts, no error metric of data) are all a stats-mode pair needs, inline;
+    `floats`: uniform and every dtype float, so that a differing tensor-mode pair may take _tensor_errors."""
     errs: list[float | None] = []
     abs_errs: list[float | None] = []
     by_stats: list[int] = []
     add_err, add_abs, errors, abs_error = errs.append, abs_errs.append, _errors, _abs_error
-    add_stats, stats_only = by_stats.append, _stats_only
+    add_stats, stats_only, tensor_errors = by_stats.append, _stats_only, _tensor_errors
     for i, p in enumerate(pairs):
         if p.bitwise_equal and (uniform or p.golden is not None and (t := p.target) is not None
                                 and p.status == "compared" and p.mode != "counts" and p.match != MATCH_SEQUENCE
@@ -601,6 +609,9 @@ def _pair_errors(pairs: list[PairResult], golden: Dump | None, target: Dump | No
             add_err(None)
             add_abs(None)
             add_stats(i)
+        elif floats and p.mode == "tensor" and (ea := tensor_errors(p)) is not None:
+            add_err(ea[0])
+            add_abs(ea[1])
         else:
             e, a = errors(p, golden, target)
             add_err(e)
@@ -608,6 +619,32 @@ def _pair_errors(pairs: list[PairResult], golden: Dump | None, target: Dump | No
     if by_stats:
         _stats_pair_errors(pairs, by_stats, errs, abs_errs, golden, target)
     return errs, abs_errs
+
+
+def _tensor_errors(p: PairResult) -> tuple[float, float | None] | None:
+    """_errors of a differing tensor-mode pair of float records that build's `uniform` columns admit (compared,
+    both sides, by name, no aliasing output), in the common case only: not the same hash on both sides, statistics on both
+    without inf/nan, RelErr and NormMaxAbsErr finite floats (pair_error: their maximum), golden holding no mask
+    fill (mask_pair: with no -inf in golden and two float dtypes, only golden's fill can make a mask pair).
+    None where any of that does not hold: _errors answers."""
+    g, t = p.golden, p.target
+    if g is None or t is None or (g.hash and t.hash and g.hash == t.hash):
+        return None
+    sg, st = g.stats, t.stats
+    if sg is None or st is None or sg.nan or sg.posinf or sg.neginf or st.nan or st.posinf or st.neginf:
+        return None
+    m = p.metrics
+    if m is None:
+        return None
+    rel, nmae = m.get(_RED), m.get(_NORM_MAX_ABS)
+    if type(rel) is not float or type(nmae) is not float or rel - rel != 0.0 or nmae - nmae != 0.0:
+        return None
+    err = max(rel, nmae)
+    if err and sg.max is not None and sg.min is not None and \
+            max(abs(sg.max), abs(sg.min)) >= FILL * RANGE.get(g.dtype, math.inf):  # has_fill(g)
+        return None
+    a = m.get(MAX_ABS)
+    return err, a if type(a) is float and a - a == 0.0 else _abs_error(p)
 
 
 def _stats_only(p: PairResult, g: Record | None, t: Record | None) -> bool:

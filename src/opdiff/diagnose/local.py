@@ -14,7 +14,7 @@ from statistics import median
 import numpy as np
 
 from ..metrics.thresholds import SIGNIFICANT
-from .bounds import leaf_jump, op_kind, output_bound, tight_jump
+from .bounds import leaf_jump, op_kind, output_bound, tight_jump, unbounded_output
 from .columns import ROLE_OUTPUT
 from .graph import Graph, Node, Tensor
 from .noise import AMPLIFICATION, UNIT, Noise, Peers
@@ -130,14 +130,21 @@ def _peers(graph: Graph, fresh: list[tuple[Tensor, float]], measured: list[tuple
 
 
 def events(graph: Graph, noise: Noise) -> list[Event]:
-    """Every tensor whose error is its op's own, in the target's execution order."""
+    """Every tensor whose error is its op's own, in the target's execution order.
+
+    Every tensor with an error is judged (the count of events is part of the diagnosis); what each costs is
+    kept small: the inherited errors read from one list, an output no tight rule bounds (bounds.unbounded_output)
+    judged without asking each rule (module-level runs: every output)."""
     skip = _root_inputs(graph)
     out: list[Event] = []
+    inh_of = graph.columns().inherited.tolist()  # inherited(graph, t) of every tensor, as Python floats
+    nodes = graph.nodes
     for t in graph.in_order():
         if t.err is None or t.err == 0 or t.id in skip:
             continue
-        inh = inherited(graph, t)
-        node = graph.nodes[t.node]
+        inh = inh_of[t.id]
+        node = nodes[t.node]
+        plain = unbounded_output(t, node)
         if t.unit == 0:  # integers and bools: exact, so only an exact input can make it the op's own
             if inh > 0:
                 continue
@@ -147,11 +154,14 @@ def events(graph: Graph, noise: Noise) -> list[Event]:
             jump = t.err / thr if thr > 0 else math.inf
             if jump > 1 and inh > 0:
                 jump = min(jump, abs_jump(graph, noise, t, node.op, node.id))
-            tight = tight_jump(graph, t)
+            tight = None if plain else tight_jump(graph, t)
             if tight is not None:  # an op whose noise is known exactly: its bound decides (bounds.py)
                 jump, thr = tight, t.err / tight if tight > 0 else thr
         if jump > 1:
-            blamed, how = (node.id, "input") if leaf_jump(graph, t) is not None else graph.blame(t)
+            if plain:
+                blamed, how = node.id, "output"  # graph.blame of an output
+            else:
+                blamed, how = (node.id, "input") if leaf_jump(graph, t) is not None else graph.blame(t)
             out.append(Event(t.id, blamed, how, t.err, inh, thr, jump, propagates(graph, noise, t, judged=True)))
     return out
 
@@ -169,18 +179,20 @@ def propagates(graph: Graph, noise: Noise, t: Tensor, judged: bool = False) -> b
     """
     if graph.is_model_output(t):
         return True
-    if judged and graph.module_level and t.moved is not None:
+    module_level, role = graph.module_level, t.role
+    if judged and module_level and t.moved is not None:
         return True  # changed in place: its caller goes on using it, in code a module-level dump does not record
-    readers = graph.consumer_nodes(t)
+    # consumer_nodes: an input is read by its own call; anything else by the inputs that are it (none: no call)
+    readers = graph.consumer_nodes(t) if role == "input" or graph.consumers.get(t.id) else []
     if not readers:  # the update's results are what the next step reads: they always matter
-        return graph.module_level or t.role == "parameter" or graph.direction == "update" or not graph.producer
-    siblings = set(graph.nodes[t.node].outputs) if t.role == "output" and t.node >= 0 else {t.id}
+        return module_level or role == "parameter" or graph.direction == "update" or not graph.producer
+    siblings = set(graph.nodes[t.node].outputs) if role == "output" and t.node >= 0 else {t.id}
     for node, via in readers:
         outs = [graph.tensors[i] for i in node.outputs if graph.tensors[i].err is not None]
         if not outs:
             return True  # an op golden does not have, or outputs not recorded: cannot tell
         same = {i for i in node.inputs + node.params if i == via or graph.producer.get(i) in siblings}
-        if any(_shows(graph, noise, node, o, via, judged or t.role == "input", same) for o in outs):
+        if any(_shows(graph, noise, node, o, via, judged or role == "input", same) for o in outs):
             return True
     return False
 

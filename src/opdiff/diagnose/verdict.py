@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 import re
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -13,6 +16,7 @@ from ..base.vocab import FAIL, PROVENANCE_KEY, Verdict
 from ..metrics import names as M
 from ..metrics.thresholds import SIGNIFICANT
 from ..replay.result import ReplayResult
+from .columns import ROLE_OUTPUT
 from .graph import Graph, Node, Tensor
 from .local import Event, contributions, inherited, propagates
 from .noise import DRIFT, Noise
@@ -219,40 +223,81 @@ def off_by(t: Tensor) -> str:
 
 def _path(graph: Graph, start_order: int, culprit: Node, noise: Noise, limit: int = 40) -> list[dict[str, Any]]:
     """From the culprit to the model output: diverging calls, one per module at the culprit's level
-    (the last diverging call of each), each named by its own module, errors in one unit (_run_units)."""
-    comps = culprit.module.split(".") if culprit.module else []
-    own = next((graph.tensors[i] for i in culprit.outputs if graph.tensors[i].err is not None), None)
-    entries: list[dict[str, Any]] = [{
-        "module": culprit.module, "node": culprit.name, "op": culprit.op,
-        "record": own.target.name if own is not None and own.target else None,
-        "error_units": _num(_run_units(own, noise)),
-        "cosine": own.pair.metrics.get(M.COSINE) if own is not None else None}]
-    groups = [culprit.module]  # the module at the culprit's depth each entry stands for
-    keys: dict[str, str] = {}  # module -> its group key (computed once per module)
+    (the last diverging call of each), each named by its own module, errors in one unit (_run_units).
+
+    The runs of one module are found first and an entry is made only for the last call of each run that is
+    kept (`limit`): every diverging output is visited, but one dict per kept entry, not per output."""
+    runs = _path_runs(graph, _diverging_outputs(graph, noise, start_order), culprit)
+    if len(runs) > limit:
+        runs = runs[: limit - 1] + [runs[-1]]
+    return [_path_entry(graph, t, noise) if t is not None else _culprit_entry(graph, culprit, noise) for t in runs]
+
+
+def _diverging_outputs(graph: Graph, noise: Noise, start_order: int) -> list[tuple[int, int]]:
+    """(tensor id, node id) of the diverging outputs (_diverging) from execution order `start_order` on, in order:
+    in_order() is sorted by order, so those before it are a prefix, cut by bisection; roles and nodes from the
+    columns (an output's role there is its target record's, as Tensor.role of a tensor with a target)."""
     ordered = graph.in_order()
-    for t in map(ordered.__getitem__, _diverging(graph, noise)):  # the diverging outputs from start_order on
-        if t.order < start_order or t.role != "output":
-            continue
-        node = graph.nodes[t.node]
-        key = keys.get(node.module)
+    at = _diverging_at(graph, noise)
+    at = at[np.searchsorted(at, bisect.bisect_left(ordered, start_order, key=_ORDER)):]
+    c = graph.columns()
+    ids = graph.in_order_ids()[at]
+    ids = ids[c.role[ids] == ROLE_OUTPUT]
+    return list(zip(ids.tolist(), c.node[ids].tolist()))
+
+
+def _path_runs(graph: Graph, diverging: list[tuple[int, int]], culprit: Node) -> list[Tensor | None]:
+    """The last diverging output of each run of outputs that share a module at the culprit's depth (their
+    group key), in order; None stands for the culprit's own entry, which the first run replaces when it is
+    of the culprit's group."""
+    comps = culprit.module.split(".") if culprit.module else []
+    groups = [culprit.module]  # the module at the culprit's depth each entry stands for
+    runs: list[int | None] = [None]
+    keys: dict[int, str] = {}  # node id -> its module's group key
+    by_module: dict[str, str] = {}  # module -> its group key (computed once per module)
+    nodes = graph.nodes
+    for tid, nid in diverging:
+        key = keys.get(nid)
         if key is None:
-            mc = node.module.split(".") if node.module else []
-            depth = 0  # how many leading parts it shares with the culprit's module (the deepest module enclosing both)
-            for part, cpart in zip(mc, comps):
-                if part != cpart:
-                    break
-                depth += 1
-            key = keys[node.module] = ".".join(mc[: depth + 1])
-        entry = {"module": node.module, "node": node.name, "op": node.op, "record": t.rec.name,
-                 "error_units": _num(_run_units(t, noise)), "cosine": t.pair.metrics.get(M.COSINE)}
+            module = nodes[nid].module
+            key = by_module.get(module)
+            if key is None:
+                key = by_module[module] = _group_key(module, comps)
+            keys[nid] = key
         if groups[-1] == key:
-            entries[-1] = entry
+            runs[-1] = tid
         else:
-            entries.append(entry)
+            runs.append(tid)
             groups.append(key)
-    if len(entries) > limit:
-        entries = entries[: limit - 1] + [entries[-1]]
-    return entries
+    return [graph.tensors[i] if i is not None else None for i in runs]
+
+
+def _group_key(module: str, comps: list[str]) -> str:
+    """A module's leading parts it shares with the culprit's (`comps`), and one more: the deepest module
+    enclosing both, one level down on the module's side."""
+    mc = module.split(".") if module else []
+    depth = 0
+    for part, cpart in zip(mc, comps):
+        if part != cpart:
+            break
+        depth += 1
+    return ".".join(mc[: depth + 1])
+
+
+def _culprit_entry(graph: Graph, culprit: Node, noise: Noise) -> dict[str, Any]:
+    """The path's first entry: the culprit, with its first output of known error."""
+    own = next((graph.tensors[i] for i in culprit.outputs if graph.tensors[i].err is not None), None)
+    return {"module": culprit.module, "node": culprit.name, "op": culprit.op,
+            "record": own.target.name if own is not None and own.target else None,
+            "error_units": _num(_run_units(own, noise)),
+            "cosine": own.pair.metrics.get(M.COSINE) if own is not None else None}
+
+
+def _path_entry(graph: Graph, t: Tensor, noise: Noise) -> dict[str, Any]:
+    """One later entry of the path: a diverging output, named by its node."""
+    node = graph.nodes[t.node]
+    return {"module": node.module, "node": node.name, "op": node.op, "record": t.rec.name,
+            "error_units": _num(_run_units(t, noise)), "cosine": t.pair.metrics.get(M.COSINE)}
 
 
 def _first_divergence(graph: Graph, noise: Noise) -> Tensor | None:
@@ -263,12 +308,26 @@ def _first_divergence(graph: Graph, noise: Noise) -> Tensor | None:
 def _diverging(graph: Graph, noise: Noise) -> list[int]:
     """Positions in graph.in_order() of the tensors whose error Noise.agrees does not accept, ascending: its test
     over the columns (err, unit; None is not known), at numpy speed instead of a call per tensor."""
+    out: list[int] = _diverging_at(graph, noise).tolist()
+    return out
+
+
+def _diverging_at(graph: Graph, noise: Noise) -> np.ndarray:
+    """_diverging's positions as a column."""
     ids = graph.in_order_ids()
     c = graph.columns()
     err, unit_ = c.err[ids], c.unit[ids]
     with np.errstate(invalid="ignore"):
         within = np.where(unit_ == 0, err == 0, err <= SIGNIFICANT * noise.floor * unit_)
-    return np.flatnonzero(c.known[ids] & ~within).tolist()
+    return np.flatnonzero(c.known[ids] & ~within)
+
+
+_ORDER = attrgetter("order")
+
+
+def _neg_jump(c: tuple[Node, Event, float]) -> float:
+    """Sort key of a suspect: strongest jump first."""
+    return -c[2]
 
 
 Suspects = list[tuple[Node, Event, float]]  # (op, where its error entered, jump over its threshold)
@@ -424,7 +483,7 @@ def _overflow(graph: Graph, noise: Noise, d: Diagnosis, overflow: Overflow, cand
                 "or rescale its inputs; golden's values show how large they get.")
     d.path_of_divergence = _path(graph, t.order, node, noise)
     d.candidates = [_cand_json(graph, 1, node, None, math.inf, reason)] + [
-        _cand_json(graph, i + 2, n, ev, j, None) for i, (n, ev, j) in enumerate(sorted(cands, key=lambda c: -c[2])[:9])]
+        _cand_json(graph, i + 2, n, ev, j, None) for i, (n, ev, j) in enumerate(heapq.nsmallest(9, cands, key=_neg_jump))]
 
 
 def _fused_from(rec: Any) -> list[str]:
@@ -460,7 +519,8 @@ def _fault(graph: Graph, noise: Noise, d: Diagnosis, cands: Suspects, pick: int,
                     + d.advice).strip()
     d.advice = d.advice or "Compare this op's implementation and settings (arguments, dtype) with golden's."
     d.path_of_divergence = _path(graph, t.order, node, noise)
-    ranked = [cands[pick]] + sorted((c for i, c in enumerate(cands) if i != pick), key=lambda c: -c[2])
+    # the nine strongest others, as sorted(...)[:9] (nsmallest is stable too): no sort of every candidate
+    ranked = [cands[pick]] + heapq.nsmallest(9, (c for i, c in enumerate(cands) if i != pick), key=_neg_jump)
     d.candidates = [_cand_json(graph, i + 1, n, e, j, None) for i, (n, e, j) in enumerate(ranked[:10])]
 
 

@@ -111,7 +111,7 @@ def print_summary(cmp: Comparison, console: Console | None = None, *, top: int =
     con.print(f"[bold]opdiff compare[/]  {safe(cmp.golden.where)} (golden) vs {safe(cmp.target.where)} (target)  "
               f"rank {cmp.target.rank} step {cmp.target.step}  mode {cmp.mode}  thresholds {cmp.thresholds.name}")
     for w in input_warnings(cmp.golden, cmp.target):
-        con.print(f"[yellow]warning:[/] {w}", highlight=False)
+        con.print(f"[yellow]warning:[/] {safe(w)}", highlight=False)
     statuses = cmp.status_counts()
     con.print(f"{n} pairs: " + "  ".join(parts) + "   statuses: " +
               ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))

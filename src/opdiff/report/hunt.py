@@ -54,7 +54,7 @@ def render(res: HuntLike, console: Console | None = None) -> None:
     table = Table("pass", "mode", "level", "region", "records", "tensor data", "on disk")
     p: PassLike
     for p in res.passes:
-        table.add_row(p.name, p.mode, p.level, p.include or "(whole model)", str(p.records), _mib(p.tensor_bytes),
+        table.add_row(safe(p.name), p.mode, p.level, safe(p.include) if p.include else "(whole model)", str(p.records), _mib(p.tensor_bytes),
                       _mib(p.disk_bytes))
     c.print(table)
     c.print(f"a full tensor dump of both runs would hold {_mib(res.full_tensor_bytes)} of tensor data")

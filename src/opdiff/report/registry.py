@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,14 +18,9 @@ from rich.console import Console
 from ..base.errors import OpdiffError
 from ..base.jsonsafe import dumps
 from ..base.outdir import write_atomic
-from . import diagnosis, fusion, hunt
 from .console import print_summary
 from .csv import write_csv
-from .explorer import write_overlays
-from .html import write_html
 from .json import write_json
-from .msprobe import write_msprobe_csv, write_msprobe_xlsx
-from .replay import print_replay
 from .tables import SINKS as _SINKS
 from .tables import write_tables
 from .xlsx import write_xlsx
@@ -54,26 +50,50 @@ def write_result_json(result: HasJson, path: str | os.PathLike[str]) -> None:
     Path(path).write_text(text(result) + "\n", encoding="utf-8")
 
 
+class Deferred:
+    """A writer named by its module and function here, imported on its first call: `opdiff compare` loads the
+    table writers it uses (CSV, XLSX, JSON, console), not the HTML, Model Explorer, msprobe or other results'
+    writers (tests/test_startup.py)."""
+
+    __slots__ = ("module", "name", "_fn")
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+        self._fn: Writer | None = None
+
+    def load(self) -> Writer:
+        """The writer function itself (its module imported once)."""
+        if self._fn is None:
+            self._fn = getattr(import_module(f"{__package__}.{self.module}"), self.name)
+        return self._fn
+
+    def __call__(self, *args: Any, **options: Any) -> object:
+        return self.load()(*args, **options)
+
+    def __repr__(self) -> str:
+        return f"Deferred({self.module}.{self.name})"
+
+
 WRITERS: dict[tuple[str, str], Writer] = {
     (COMPARISON, "csv"): write_csv,
     (COMPARISON, "xlsx"): write_xlsx,
     (COMPARISON, "json"): write_json,
-    (COMPARISON, "html"): write_html,
-    (COMPARISON, "model-explorer"): write_overlays,
+    (COMPARISON, "html"): Deferred("html", "write_html"),
+    (COMPARISON, "model-explorer"): Deferred("explorer", "write_overlays"),
     (COMPARISON, CONSOLE): print_summary,
-    (COMPARISON, "msprobe-csv"): write_msprobe_csv,  # msprobe compare's own result files (docs/compare.md)
-    (COMPARISON, "msprobe-xlsx"): write_msprobe_xlsx,
+    (COMPARISON, "msprobe-csv"): Deferred("msprobe", "write_msprobe_csv"),  # msprobe compare's own result files (docs/compare.md)
+    (COMPARISON, "msprobe-xlsx"): Deferred("msprobe", "write_msprobe_xlsx"),
     (DIAGNOSIS, "json"): write_result_json,
-    (DIAGNOSIS, "html"): diagnosis.write_html_page,
-    (DIAGNOSIS, CONSOLE): diagnosis.render,
+    (DIAGNOSIS, "html"): Deferred("diagnosis", "write_html_page"),
+    (DIAGNOSIS, CONSOLE): Deferred("diagnosis", "render"),
     (REPLAY, "json"): write_result_json,
-    (REPLAY, CONSOLE): print_replay,
+    (REPLAY, CONSOLE): Deferred("replay", "print_replay"),
     (HUNT, "json"): write_result_json,
-    (HUNT, CONSOLE): hunt.render,
+    (HUNT, CONSOLE): Deferred("hunt", "render"),
     (FUSION, "json"): write_result_json,
-    (FUSION, CONSOLE): fusion.render,
+    (FUSION, CONSOLE): Deferred("fusion", "render"),
     (GE_FUSION, "json"): write_result_json,
-    (GE_FUSION, CONSOLE): fusion.render_ge,
+    (GE_FUSION, CONSOLE): Deferred("fusion", "render_ge"),
 }
 
 

@@ -139,6 +139,17 @@ class MsprobeDump(Dump):
             self._verify(rec, pt.path, lambda: np.ascontiguousarray(arr).tobytes())
         return arr
 
+    def locate(self, rec: Record) -> tuple[Path, int] | None:
+        """A contiguous `.pt` tensor's (file, offset), checked as span checks it, without a TensorSpan; None for
+        anything span does more for (a checksum to verify, a .npy, a strided tensor, no data)."""
+        data = rec.data
+        if data is None or rec.hash or data["file"].endswith(".npy"):
+            return None
+        pt = read_pt(self.dir / data["file"], self._pickles)
+        if pt.dtype != rec.dtype or pt.shape != tuple(rec.shape):
+            raise DumpError(f"{pt.path}: holds {pt.dtype}{list(pt.shape)} but dump.json says {rec.dtype}{list(rec.shape)}")
+        return (pt.path, pt.byte_offset) if pt.contiguous else None
+
     def _npy(self, rec: Record, path: Path) -> TensorSpan | np.ndarray:
         """A .npy tensor (header read, never unpickled); bfloat16 saved widened to float32 is narrowed back
         exactly, so its values and checksum are the tensor's own."""
