@@ -309,3 +309,25 @@ def test_opdiff_run_leaves_the_script_model_and_rng_as_a_plain_run(tmp_path):
     assert json.loads(run.stdout) == json.loads(plain.stdout)
     assert opdiff.load(tmp_path / "dump").records, "the script's model was captured"
     assert "statistics (and replay) only" in run.stderr  # one run, launched: no patch confirmation
+
+
+def test_hooks_only_snapshot_restores_every_hook_dict_as_found():
+    """restore(hooks_only=True) of a hooks-only snapshot (what a capture block takes): hooks added to a dict that
+    was empty and to one that was not are removed, the user's own stay in their order, and an instance forward
+    set meanwhile is dropped; parameter tables are neither taken nor touched."""
+    from opdiff.capture.torch.preserve import HOOK_DICTS, ModelState
+
+    model, _, _ = _user_model()
+    model.head.register_forward_pre_hook(lambda m, a: None)
+    found = {name: {k: list(getattr(m, k)) for k in HOOK_DICTS} for name, m in model.named_modules()}
+    state = ModelState.snapshot(model, hooks_only=True)
+    assert all(not s.params and not s.buffers for s in state.modules)
+    for m in model.modules():
+        m.register_forward_hook(lambda m, a, o: None, with_kwargs=True, always_call=True)
+        m.register_forward_pre_hook(lambda m, a: None, prepend=True)
+        m.register_full_backward_hook(lambda m, gi, go: None)
+    model.b1.forward = lambda x: x
+    state.restore(hooks_only=True)
+    assert {name: {k: list(getattr(m, k)) for k in HOOK_DICTS} for name, m in model.named_modules()} == found
+    assert "forward" not in model.b1.__dict__
+    assert len(model.b0._forward_hooks) == 1 and len(model.head._forward_pre_hooks) == 1

@@ -58,11 +58,13 @@ def record_tensor(s: CaptureSession, c: Call, t: torch.Tensor, role: str, pos: s
                              direction=direction or c.direction, role=role, pos=pos, source=c.source, extra=c.extra)
 
 
-def record_inputs(s: CaptureSession, c: Call, args: tuple, kwargs: dict, base_op: str = "") -> None:
-    """Input records of a call, then its call line (tensors named by their input records)."""
+def record_inputs(s: CaptureSession, c: Call, args: tuple, kwargs: dict, base_op: str = "") -> list[tuple[str, torch.Tensor]]:
+    """Input records of a call, then its call line (tensors named by their input records); returns the call's
+    (pos, tensor) inputs as flatten_call gives them (a caller that needs them again does not walk them twice)."""
     names: dict[str, str] = {}
     skip_self = base_op in OVERWRITE_SELF
-    for pos, t in flatten_call(args, kwargs):
+    flat = flatten_call(args, kwargs)
+    for pos, t in flat:
         if (skip_self and pos == "0") or pos == "kwargs.out" or pos.startswith("kwargs.out."):
             continue  # its old value is not an input of the op
         rec = record_tensor(s, c, t, "input", pos)
@@ -81,6 +83,7 @@ def record_inputs(s: CaptureSession, c: Call, args: tuple, kwargs: dict, base_op
     if c.source:
         line["source"] = c.source
     s.recorder.call(line)
+    return flat
 
 
 def record_outputs(s: CaptureSession, c: Call, out: Any, grad_hooks: bool) -> None:

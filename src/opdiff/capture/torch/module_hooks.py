@@ -20,7 +20,7 @@ import torch
 from ...store.names import record_name
 from .calls import Call, grad_hook, record_inputs, record_outputs, record_tensor, user_source
 from .layout import holds_dtensor, planned_inputs
-from .naming import flatten, flatten_call
+from .naming import flatten
 from .recorder import _version
 
 if TYPE_CHECKING:
@@ -89,11 +89,11 @@ def _pre(s: CaptureSession, path: str, op: str, is_root: bool, module, args: tup
         st.enter_module(frame)
         if c is None:
             return None
-        record_inputs(s, c, args, kwargs)
+        flat = record_inputs(s, c, args, kwargs)
         if s.level == "module":
-            frame.versions = [(pos, t, _version(t)) for pos, t in flatten_call(args, kwargs)]
+            frame.versions = [(pos, t, _version(t)) for pos, t in flat]
         if want_grads:
-            frame.grad_inputs = [(pos, t) for pos, t in flatten_call(args, kwargs) if t.requires_grad]
+            frame.grad_inputs = [(pos, t) for pos, t in flat if t.requires_grad]
         return None
 
 

@@ -34,7 +34,7 @@ class ModuleState:
 
     module: torch.nn.Module
     training: bool
-    hooks: dict[str, OrderedDict[int, Any]]
+    hooks: dict[str, OrderedDict[int, Any] | None]  # None: the dict was empty
     params: dict[str, torch.nn.Parameter | None]
     requires_grad: dict[str, bool]
     buffers: dict[str, torch.Tensor | None]
@@ -53,8 +53,12 @@ class ModelState:
     values: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # (buffer, its values) when asked
 
     @classmethod
-    def snapshot(cls, model: torch.nn.Module, rng: bool = False, buffers: bool = False) -> ModelState:
-        state = cls([_module_state(m) for m in model.modules()])
+    def snapshot(cls, model: torch.nn.Module, rng: bool = False, buffers: bool = False,
+                 hooks_only: bool = False) -> ModelState:
+        """What `restore` puts back; with `hooks_only`, only the hooks and instance forwards (all that
+        `restore(hooks_only=True)` reads: a capture block pays for no parameter or buffer tables)."""
+        take = _hooks_state if hooks_only else _module_state
+        state = cls([take(m) for m in model.modules()])
         if rng:
             state.rng = _rng_state()
         if buffers:
@@ -76,18 +80,37 @@ class ModelState:
                     b.copy_(v)
 
 
+def _hook_dicts(m: torch.nn.Module) -> dict[str, OrderedDict[int, Any] | None]:
+    """Each hook dict of `m` copied, or None for an empty one (restored by emptying: no copy to make or walk;
+    most modules hold no hook of their own)."""
+    out: dict[str, OrderedDict[int, Any] | None] = {}
+    for name in HOOK_DICTS:
+        live = getattr(m, name, None)
+        if isinstance(live, dict):
+            out[name] = OrderedDict(live) if live else None
+    return out
+
+
 def _module_state(m: torch.nn.Module) -> ModuleState:
-    hooks = {name: OrderedDict(getattr(m, name)) for name in HOOK_DICTS if isinstance(getattr(m, name, None), dict)}
     params = dict(m._parameters)
-    return ModuleState(m, m.training, hooks, params,
+    return ModuleState(m, m.training, _hook_dicts(m), params,
                        {k: p.requires_grad for k, p in params.items() if p is not None}, dict(m._buffers),
                        m.__dict__.get("forward", MISSING))
+
+
+def _hooks_state(m: torch.nn.Module) -> ModuleState:
+    """A ModuleState holding what restore(hooks_only=True) reads: hooks and the instance forward."""
+    return ModuleState(m, m.training, _hook_dicts(m), {}, {}, {}, m.__dict__.get("forward", MISSING))
 
 
 def _restore_hooks(s: ModuleState) -> None:
     m = s.module
     for name, saved in s.hooks.items():
         live = getattr(m, name)
+        if saved is None:
+            if live:
+                live.clear()  # hooks opdiff left behind on a module that had none
+            continue
         for k in [k for k in live if k not in saved]:
             del live[k]  # a hook opdiff left behind
         for k, v in saved.items():

@@ -157,7 +157,7 @@ class CaptureSession(Session):
         return writer
 
     def _install(self) -> None:
-        self._found = ModelState.snapshot(self.model)  # hooks and forwards go back as found (preserve.py)
+        self._found = ModelState.snapshot(self.model, hooks_only=True)  # hooks and forwards go back as found (preserve.py)
         self.state.index_parameters(self._named_parameters())
         self._handles = module_hooks.install(self)
         if self.optimizer is not None:
