@@ -32,7 +32,7 @@ def blocks(*parts: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("noise", [0.0, "ulp", 1e-6, 1e-4, 1e-2])
 def test_near_path_kl_equals_extended_precision(noise):
-    """Similar tensors take the near path in every block: KL to 1e-9 of the long-double value, down to
+    """Similar tensors take the near path in every block: KL to 1e-6 of the long-double value (the float32 kernel's tolerance), down to
     KL ~1e-13 (1e-6 apart), where the terms S/A and log(B/A) cancel to 1e-7 of their size; 1 ulp apart
     everywhere, KL is below float64 eps and reported 0 (docs/metrics.md)."""
     rng = np.random.default_rng(11)
@@ -46,7 +46,7 @@ def test_near_path_kl_equals_extended_precision(noise):
     if noise in (0.0, "ulp"):
         assert ref < K.EPS64 and m[M.KL_DIV] == 0.0
     else:
-        assert ref > K.EPS64 and m[M.KL_DIV] == pytest.approx(ref, rel=1e-9)
+        assert ref > K.EPS64 and m[M.KL_DIV] == pytest.approx(ref, rel=1e-6)
 
 
 def test_switching_between_paths_block_by_block():
@@ -64,7 +64,7 @@ def test_switching_between_paths_block_by_block():
     t[6 * n + 100] = 3.0  # one element far off inside the probe of a near block
     t[8 * n + K.PROBE + 1000] = 3.0  # and one after the probe of another
     m = tensor_metrics(g, t)
-    assert m[M.KL_DIV] == pytest.approx(kl_extended(g, t), rel=1e-9)
+    assert m[M.KL_DIV] == pytest.approx(kl_extended(g, t), rel=1e-6)
 
 
 def test_block_status_says_which_path_the_next_block_takes():

@@ -37,7 +37,8 @@ A_KL_SA, A_KL_SB, A_KL_SL = 13, 14, 15
 A_MAX_AD, A_MAX_REL, A_WORST_G, A_WORST_T = 16, 17, 18, 19
 A_KL_SD = 20  # sum of (a - b): log(B/A) = -log1p(SD/B) without cancelling two large sums
 A_MAX_ACC = 21  # max r over |g| > eps: msaccucmp's MaxRelativeError (elements with golden ~ 0 count as 0)
-N_ACC = 22
+A_SUM_DP = 22  # sum of (t - g)(t + g): with A_SUM_D2, 1 - cosine without cancellation (tensor.cosine)
+N_ACC = 23
 # int64 counter slots
 C_G_NAN, C_G_PINF, C_G_NINF, C_T_NAN, C_T_PINF, C_T_NINF = 0, 1, 2, 3, 4, 5
 C_MISMATCH, C_FIRST_MISMATCH, C_WORST_IDX, C_FINITE, C_DIFF = 6, 7, 8, 9, 10
@@ -46,6 +47,7 @@ N_CNT = 11
 P_GMIN, P_GINV, P_TMIN, P_TINV, P_GSHIFT, P_TSHIFT = 0, 1, 2, 3, 4, 5
 N_PARAM = 6
 BLOCK = 1 << 12  # elements per fused loop: nan/inf found in a block send only that block down the careful path
+BLOCK32 = 1 << 10  # elements per float32 block: its sums' rounding stays near float32's eps (docs/metrics.md)
 
 _jit = nb.njit(nogil=True, cache=True, error_model="numpy")
 _jit_fast = nb.njit(nogil=True, cache=True, error_model="numpy", fastmath=True)
@@ -235,7 +237,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64, near: bool
     KL terms the arithmetic log cannot take, elements outside the near range, whether the KL sum S is
     valid (see _kl_sums), max |t - g|, max r and max r over |g| > eps as int64 bits). Assumes nothing:
     the caller discards the block's sums when nan/inf were seen (fastmath makes them meaningless)."""
-    s_ad = s_d2 = s_g2 = s_t2 = s_gt = 0.0
+    s_ad = s_d2 = s_g2 = s_t2 = s_gt = s_dp = 0.0
     s_gc = s_tc = s_gc2 = s_tc2 = 0.0
     s_rel = c1 = c5 = s_acc = 0.0
     ndiff = np.int64(0)
@@ -262,6 +264,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64, near: bool
         s_g2 += gi * gi
         s_t2 += ti * ti
         s_gt += gi * ti
+        s_dp += d * (gi + ti)
         gc = gi - kg
         tc = ti - kt
         s_gc += gc
@@ -301,6 +304,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64, near: bool
     o[A_KL_SB] = sb
     o[A_KL_SL] = sl
     o[A_KL_SD] = sd
+    o[A_SUM_DP] = s_dp
     return bad, ndiff, odd, far, kl_ok, m_ad, m_rel, m_acc
 
 
@@ -361,6 +365,7 @@ def _chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: in
     for k in range(A_MAX_AD):
         acc[k] += o[k]
     acc[A_KL_SD] += o[A_KL_SD]
+    acc[A_SUM_DP] += o[A_SUM_DP]
     cnt[C_DIFF] += ndiff
     cnt[C_FINITE] += n
     if cnt[C_WORST_IDX] < 0 or m_ad > _bits(acc[A_MAX_AD]):
@@ -385,11 +390,14 @@ def fold(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int) -> N
     block, the careful element-by-element path for blocks holding nan/inf. `o` is scratch (N_ACC)."""
     n = g.size
     near = True  # similar tensors keep every ratio a/b near 1: the cheaper KL path, until a block says not
-    for s in range(0, n, BLOCK):
-        e = min(n, s + BLOCK)
+    bs = _block_len(g, t)
+    for s in range(0, n, bs):
+        e = min(n, s + bs)
         gs = g[s:e]
         ts = t[s:e]
-        got = _chunk_fast(gs, ts, p, acc, cnt, o, base + s, near)
+        got = _chunk_any(gs, ts, p, acc, cnt, o, base + s, near)
+        if got == -2:  # float32 refused the block (magnitudes): float64
+            got = _chunk_fast(gs, ts, p, acc, cnt, o, base + s, near)
         if got < 0:
             chunk_careful(gs, ts, p, acc, cnt, base + s)
         else:
@@ -447,6 +455,7 @@ def chunk_careful(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, base: int) -> 
         acc[A_SUM_G2] += gi * gi
         acc[A_SUM_T2] += ti * ti
         acc[A_SUM_GT] += gi * ti
+        acc[A_SUM_DP] += d * (gi + ti)
         gc = gi - p[P_GSHIFT]
         tc = ti - p[P_TSHIFT]
         acc[A_SUM_GC] += gc
@@ -511,3 +520,131 @@ def finite_range(x: Chunk) -> tuple[float, float, float, bool]:
             if v > hi:
                 hi = v
     return lo, hi, first, found
+
+
+# The float32 blocks (metrics/kernel32.py): float32 lanes within a block, float64 across blocks.
+from . import kernel32 as K32
+
+
+def _block_len(g: Chunk, t: Chunk) -> int:
+    """Elements per block for the chunk dtype (BLOCK32 for float32, BLOCK for float64). Jitted code only."""
+    raise NotImplementedError("_block_len is compiled by numba (see _block_len_impl)")
+
+
+@overload(_block_len, inline="always")
+def _block_len_impl(g, t):  # type: ignore[no-untyped-def]
+    if g.dtype == types.float32 and t.dtype == types.float32:
+        return lambda g, t: BLOCK32
+    return lambda g, t: BLOCK
+
+
+def _chunk_any(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int, near: bool) -> int:
+    """_chunk32 for float32 chunks, _chunk_fast for float64 ones. Jitted code only."""
+    raise NotImplementedError("_chunk_any is compiled by numba (see _chunk_any_impl)")
+
+
+@overload(_chunk_any, inline="always")
+def _chunk_any_impl(g, t, p, acc, cnt, o, base, near):  # type: ignore[no-untyped-def]
+    if g.dtype == types.float32 and t.dtype == types.float32:
+        return lambda g, t, p, acc, cnt, o, base, near: _chunk32(g, t, p, acc, cnt, o, base, near)
+    return lambda g, t, p, acc, cnt, o, base, near: _chunk_fast(g, t, p, acc, cnt, o, base, near)
+
+
+_BIG, _TINY = K32.BIG_BITS, K32.TINY_BITS
+
+
+@_jit
+def _chunk32(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int, near: bool) -> int:
+    """_chunk_fast for a float32 block by float32 arithmetic (kernel32): -1 when it holds nan/inf, -2
+    when float32 cannot hold its squares or relative errors (nothing folded: the caller folds it in
+    float64), else 1 when the next block should try the near KL path, 0 when not."""
+    n = g.size
+    kg = g[0]
+    kt = t[0]
+    bad, nd, m_ad, m_rel, m_acc, m_g, m_t = K32.sums32(g, t, kg, kt, o)
+    if bad:
+        return -1
+    if m_g > _BIG or m_t > _BIG or 0 < m_g < _TINY or 0 < m_t < _TINY or 0 < m_ad < _TINY:
+        return -2
+    gmin, ginv, tmin, tinv = p[P_GMIN], p[P_GINV], p[P_TMIN], p[P_TINV]
+    c1 = tinv - ginv
+    c2 = (tmin - gmin) * tinv
+    far = K32.kl_near32(g, t, gmin, ginv, tmin, tinv, c1, c2, o) if near else 1
+    if far > 0:
+        far = K32.kl_general32(g, t, gmin, ginv, tmin, tinv, c1, c2, o)
+    tot = 0.0
+    for k in range(K32.N_B):
+        tot += o[k]
+    if not math.isfinite(tot):
+        return -2
+    _fold32(o, p, acc, n, np.float64(kg), np.float64(kt))
+    cnt[C_DIFF] += nd
+    cnt[C_FINITE] += n
+    if cnt[C_WORST_IDX] < 0 or np.float64(_as_float32(np.int32(m_ad))) * (1.0 + 2.0 ** -22) > acc[A_MAX_AD]:
+        _worst64(g, t, acc, cnt, base)
+    bound = 1.0 + 2.0 ** -20  # float32 r within two roundings of the float64 one
+    if (np.float64(_as_float32(np.int32(m_rel))) * bound > acc[A_MAX_REL]
+            or np.float64(_as_float32(np.int32(m_acc))) * bound > acc[A_MAX_ACC]):
+        _maxrel64(g, t, acc)
+    return 1 if far == 0 else 0
+
+
+@_jit
+def _fold32(o: F64, p: F64, acc: F64, n: int, kg: float, kt: float) -> None:
+    """Add a float32 block's sums (o, kernel32's B_* slots) into the float64 accumulators; the block's own
+    shifts kg, kt moved to the pair's (p) exactly in float64, A_SUM_GT and B = A - D derived."""
+    acc[A_SUM_AD] += o[K32.B_AD]
+    acc[A_SUM_D2] += o[K32.B_D2]
+    acc[A_SUM_G2] += o[K32.B_G2]
+    acc[A_SUM_T2] += o[K32.B_T2]
+    acc[A_SUM_GT] += 0.5 * (o[K32.B_G2] + o[K32.B_T2] - o[K32.B_D2])
+    acc[A_SUM_DP] += o[K32.B_DP]
+    dg = kg - p[P_GSHIFT]
+    dt = kt - p[P_TSHIFT]
+    acc[A_SUM_GC] += o[K32.B_GC] + n * dg
+    acc[A_SUM_TC] += o[K32.B_TC] + n * dt
+    acc[A_SUM_GC2] += o[K32.B_GC2] + 2.0 * dg * o[K32.B_GC] + n * dg * dg
+    acc[A_SUM_TC2] += o[K32.B_TC2] + 2.0 * dt * o[K32.B_TC] + n * dt * dt
+    acc[A_SUM_REL] += o[K32.B_REL]
+    acc[A_CNT_1K] += o[K32.B_C1]
+    acc[A_CNT_5K] += o[K32.B_C5]
+    acc[A_SUM_ACC] += o[K32.B_ACC]
+    sa = o[K32.B_SA]
+    sd = o[K32.B_SD]
+    acc[A_KL_SA] += sa
+    acc[A_KL_SB] += sa - sd  # B = A - D exactly: the KL's log(B/A) and its S then cancel consistently
+    acc[A_KL_SD] += sd
+    acc[A_KL_SL] += o[K32.B_BR] + sd  # sum a log(a/b) = Bregman sum + sum(a - b)
+
+
+@_jit
+def _worst64(g: Chunk, t: Chunk, acc: F64, cnt: I64, base: int) -> None:
+    """The block's largest |t - g| in float64 and its first index, kept when larger than the pair's so far."""
+    best = -1.0
+    at = 0
+    for i in range(g.size):
+        ad = abs(np.float64(t[i]) - np.float64(g[i]))
+        if ad > best:
+            best = ad
+            at = i
+    if cnt[C_WORST_IDX] < 0 or best > acc[A_MAX_AD]:
+        acc[A_MAX_AD] = best
+        acc[A_WORST_G] = g[at]
+        acc[A_WORST_T] = t[at]
+        cnt[C_WORST_IDX] = base + at
+
+
+@_jit
+def _maxrel64(g: Chunk, t: Chunk, acc: F64) -> None:
+    """The block's largest relative errors (all elements; |g| > eps only) in float64, kept when larger."""
+    m_rel = acc[A_MAX_REL]
+    m_acc = acc[A_MAX_ACC]
+    for i in range(g.size):
+        gi = np.float64(g[i])
+        ag = abs(gi)
+        r = abs(np.float64(t[i]) - gi) / (ag if ag != 0.0 else EPS64)
+        m_rel = max(m_rel, r)
+        if ag > EPS64:
+            m_acc = max(m_acc, r)
+    acc[A_MAX_REL] = m_rel
+    acc[A_MAX_ACC] = m_acc
