@@ -582,10 +582,12 @@ def _chunk32(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int, 
     cnt[C_FINITE] += n
     if cnt[C_WORST_IDX] < 0 or np.float64(_as_float32(np.int32(m_ad))) * (1.0 + 2.0 ** -22) > acc[A_MAX_AD]:
         _worst64(g, t, acc, cnt, base)
-    bound = 1.0 + 2.0 ** -20  # float32 r within two roundings of the float64 one
-    if (np.float64(_as_float32(np.int32(m_rel))) * bound > acc[A_MAX_REL]
-            or np.float64(_as_float32(np.int32(m_acc))) * bound > acc[A_MAX_ACC]):
-        _maxrel64(g, t, acc)
+    r = np.float64(_as_float32(np.int32(m_rel)))  # float32's r: within two roundings of the float64 one
+    if r > acc[A_MAX_REL]:
+        acc[A_MAX_REL] = r
+    r = np.float64(_as_float32(np.int32(m_acc)))
+    if r > acc[A_MAX_ACC]:
+        acc[A_MAX_ACC] = r
     return 1 if far == 0 else 0
 
 
@@ -632,19 +634,3 @@ def _worst64(g: Chunk, t: Chunk, acc: F64, cnt: I64, base: int) -> None:
         acc[A_WORST_G] = g[at]
         acc[A_WORST_T] = t[at]
         cnt[C_WORST_IDX] = base + at
-
-
-@_jit
-def _maxrel64(g: Chunk, t: Chunk, acc: F64) -> None:
-    """The block's largest relative errors (all elements; |g| > eps only) in float64, kept when larger."""
-    m_rel = acc[A_MAX_REL]
-    m_acc = acc[A_MAX_ACC]
-    for i in range(g.size):
-        gi = np.float64(g[i])
-        ag = abs(gi)
-        r = abs(np.float64(t[i]) - gi) / (ag if ag != 0.0 else EPS64)
-        m_rel = max(m_rel, r)
-        if ag > EPS64:
-            m_acc = max(m_acc, r)
-    acc[A_MAX_REL] = m_rel
-    acc[A_MAX_ACC] = m_acc

@@ -163,15 +163,15 @@ def kl_general32(g: Chunk, t: Chunk, gmin64: float, ginv64: float, tmin64: float
         a, b, dr, dx = _ab(g[i], t[i], gmin, ginv, tmin, tinv, c1, c2)
         ia = _as_int(a)
         ib = _as_int(b)
-        e = (ia >> 23) - (ib >> 23)
-        ma = _as_float32(np.int32((ia & MANT32) | ONE32))
-        mb = _as_float32(np.int32((ib & MANT32) | ONE32))
+        e = np.int32(np.int32(ia >> 23) - np.int32(ib >> 23))  # int32 throughout: 16 lanes, as the floats
+        ma = _as_float32(np.int32(np.int32(ia & MANT32) | ONE32))
+        mb = _as_float32(np.int32(np.int32(ib & MANT32) | ONE32))
         up = ma > SQRT2 * mb
         dn = mb > SQRT2 * ma
         mb = mb * TWO if up else mb
         ma = ma * TWO if dn else ma
-        e = e + 1 if up else (e - 1 if dn else e)
-        near = e == 0
+        e = np.int32(e + np.int32(1)) if up else (np.int32(e - np.int32(1)) if dn else e)
+        near = e == I0
         s = (dx if near else ma - mb) / (a + b if near else ma + mb)
         z = s * s
         w = TWO * s * z * _q(z)
