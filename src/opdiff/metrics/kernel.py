@@ -559,8 +559,8 @@ def _chunk32(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int, 
     when float32 cannot hold its squares or relative errors (nothing folded: the caller folds it in
     float64), else 1 when the next block should try the near KL path, 0 when not."""
     n = g.size
-    kg = g[0]
-    kt = t[0]
+    kg = _shift32(p[P_GSHIFT], g[0])
+    kt = _shift32(p[P_TSHIFT], t[0])
     bad, nd, m_ad, m_rel, m_acc, m_g, m_t = K32.sums32(g, t, kg, kt, o)
     if bad:
         return -1
@@ -592,9 +592,17 @@ def _chunk32(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int, 
 
 
 @_jit
+def _shift32(k: float, first: np.float32) -> np.float32:
+    """The pair's shift k rounded to float32 (the block's sums around it; the rounding moved back exactly in
+    float64 by _fold32), or the block's first element when k is not a finite float32."""
+    k32 = np.float32(k)
+    return k32 if math.isfinite(k32) else first
+
+
+@_jit
 def _fold32(o: F64, p: F64, acc: F64, n: int, kg: float, kt: float) -> None:
     """Add a float32 block's sums (o, kernel32's B_* slots) into the float64 accumulators; the block's own
-    shifts kg, kt moved to the pair's (p) exactly in float64, A_SUM_GT and B = A - D derived."""
+    shifts kg, kt (the pair's rounded to float32) moved to the pair's (p) exactly in float64, A_SUM_GT and B = A - D derived."""
     acc[A_SUM_AD] += o[K32.B_AD]
     acc[A_SUM_D2] += o[K32.B_D2]
     acc[A_SUM_G2] += o[K32.B_G2]
