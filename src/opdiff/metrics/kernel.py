@@ -9,6 +9,10 @@ the same loop by integer tests on the bits; a block holding any is discarded and
 careful scalar path that counts them and skips them. Maxima are taken over the int64 bit patterns
 of non-negative float64s (integer max reductions vectorize, float ones do not). All functions
 release the GIL (nogil) and are cached on disk.
+
+float32 chunks take the float32 blocks of kernel32.py instead (BLOCK32 elements, float32 arithmetic
+within a block, float64 across blocks: docs/metrics.md, "Precision"), through _chunk32; a block they
+cannot hold (magnitudes) comes back here, to the float64 block.
 """
 
 from __future__ import annotations
@@ -627,18 +631,26 @@ def _fold32(o: F64, p: F64, acc: F64, n: int, kg: float, kt: float) -> None:
     acc[A_KL_SL] += o[K32.B_BR] + sd  # sum a log(a/b) = Bregman sum + sum(a - b)
 
 
+@_jit_fast
+def _max_ad_bits(g: Chunk, t: Chunk) -> int:
+    """max |t - g| over a block in float64, as int64 bits (an integer max reduction: vectorizes)."""
+    m = 0
+    for i in range(g.size):
+        m = max(m, _as_int(abs(np.float64(t[i]) - np.float64(g[i]))))
+    return m
+
+
 @_jit
 def _worst64(g: Chunk, t: Chunk, acc: F64, cnt: I64, base: int) -> None:
     """The block's largest |t - g| in float64 and its first index, kept when larger than the pair's so far."""
-    best = -1.0
-    at = 0
+    m = _max_ad_bits(g, t)
+    if cnt[C_WORST_IDX] >= 0 and m <= _bits(acc[A_MAX_AD]):
+        return
     for i in range(g.size):
         ad = abs(np.float64(t[i]) - np.float64(g[i]))
-        if ad > best:
-            best = ad
-            at = i
-    if cnt[C_WORST_IDX] < 0 or best > acc[A_MAX_AD]:
-        acc[A_MAX_AD] = best
-        acc[A_WORST_G] = g[at]
-        acc[A_WORST_T] = t[at]
-        cnt[C_WORST_IDX] = base + at
+        if _as_int(ad) == m:
+            acc[A_MAX_AD] = ad
+            acc[A_WORST_G] = g[i]
+            acc[A_WORST_T] = t[i]
+            cnt[C_WORST_IDX] = base + i
+            break
