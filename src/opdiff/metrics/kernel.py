@@ -373,14 +373,7 @@ def _chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: in
     cnt[C_DIFF] += ndiff
     cnt[C_FINITE] += n
     if cnt[C_WORST_IDX] < 0 or m_ad > _bits(acc[A_MAX_AD]):
-        for i in range(n):
-            ad = abs(np.float64(t[i]) - np.float64(g[i]))
-            if _as_int(ad) == m_ad:
-                acc[A_MAX_AD] = ad
-                acc[A_WORST_G] = g[i]
-                acc[A_WORST_T] = t[i]
-                cnt[C_WORST_IDX] = base + i
-                break
+        _take_worst(g, t, m_ad, acc, cnt, base)
     if m_rel > _bits(acc[A_MAX_REL]):
         acc[A_MAX_REL] = _as_float(m_rel)
     if m_acc > _bits(acc[A_MAX_ACC]):
@@ -644,8 +637,13 @@ def _max_ad_bits(g: Chunk, t: Chunk) -> int:
 def _worst64(g: Chunk, t: Chunk, acc: F64, cnt: I64, base: int) -> None:
     """The block's largest |t - g| in float64 and its first index, kept when larger than the pair's so far."""
     m = _max_ad_bits(g, t)
-    if cnt[C_WORST_IDX] >= 0 and m <= _bits(acc[A_MAX_AD]):
-        return
+    if cnt[C_WORST_IDX] < 0 or m > _bits(acc[A_MAX_AD]):
+        _take_worst(g, t, m, acc, cnt, base)
+
+
+@_jit
+def _take_worst(g: Chunk, t: Chunk, m: int, acc: F64, cnt: I64, base: int) -> None:
+    """Make the block's first element whose float64 |t - g| has the bits m the pair's worst."""
     for i in range(g.size):
         ad = abs(np.float64(t[i]) - np.float64(g[i]))
         if _as_int(ad) == m:
