@@ -107,14 +107,25 @@ def test_magnitudes_float32_cannot_square_fall_back_to_float64(scale):
     assert m[M.RMSE] > 0.0 and m[M.COSINE] < 1.0
 
 
-def test_tiny_differences_fall_back_to_float64():
-    """Ordinary values whose differences are all below 2^-40: sum (t - g)^2 would underflow."""
-    g = np.linspace(1e-3, 2e-3, 3000, dtype=np.float32)
+@pytest.mark.parametrize("scale", [1e-30, 1e-10])
+def test_tiny_differences_fall_back_to_float64(scale):
+    """Values 1 ulp apart whose differences are all below 2^-52 (values ~1e-10), or whose values are below
+    2^-40 too (~1e-30): sum (t - g)^2 would underflow in float32."""
+    g = np.linspace(1, 2, 3000, dtype=np.float32) * np.float32(scale)
     t = g.copy()
     t[::3] = np.nextafter(g[::3], np.float32(np.inf))
-    g2, t2 = g * np.float32(1e-30), t * np.float32(1e-30)
-    m = check(g2, t2, rtol=1e-9)  # float64's own rounding of 1 - cos ~1e-13 (block order differs)
+    m = check(g, t, rtol=1e-9)  # float64's own rounding of 1 - cos ~1e-13 (block order differs)
     assert m[M.RMSE] > 0.0
+
+
+def test_ulp_differences_of_small_values_stay_float32():
+    """Gradient-like values ~1e-6, 1 ulp apart (differences ~1e-13, above 2^-52): the float32 way, within
+    its tolerance."""
+    rng = rng_of(12)
+    g = (rng.standard_normal(20_000) * 1e-6).astype(np.float32)
+    t = g.copy()
+    t[::7] = np.nextafter(g[::7], np.float32(np.inf))
+    check(g, t)
 
 
 def test_block_status_refuses_what_float32_cannot_hold():
@@ -136,6 +147,10 @@ def test_block_status_refuses_what_float32_cannot_hold():
     assert status(g, t) == -1
     assert status(g * np.float32(1e20), g * np.float32(1e20)) == -2
     assert status(g * np.float32(1e-25), g * np.float32(1e-25)) == -2
+    small = g * np.float32(1e-10)
+    assert status(small, np.nextafter(small, np.float32(np.inf))) == -2  # differences ~1e-16 < 2^-52
+    small = g * np.float32(1e-6)
+    assert status(small, np.nextafter(small, np.float32(np.inf))) == 1  # ~1e-13: float32 holds them
 
 
 def test_nan_inf_mixes():

@@ -547,7 +547,7 @@ def _chunk_any_impl(g, t, p, acc, cnt, o, base, near):  # type: ignore[no-untype
     return lambda g, t, p, acc, cnt, o, base, near: _chunk_fast(g, t, p, acc, cnt, o, base, near)
 
 
-_BIG, _TINY = K32.BIG_BITS, K32.TINY_BITS
+_BIG, _TINY, _TINY_D = K32.BIG_BITS, K32.TINY_BITS, K32.TINY_D_BITS
 
 
 @_jit
@@ -561,7 +561,7 @@ def _chunk32(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int, 
     bad, nd, m_ad, m_rel, m_acc, m_g, m_t = K32.sums32(g, t, kg, kt, o)
     if bad:
         return -1
-    if m_g > _BIG or m_t > _BIG or 0 < m_g < _TINY or 0 < m_t < _TINY or 0 < m_ad < _TINY:
+    if m_g > _BIG or m_t > _BIG or 0 < m_g < _TINY or 0 < m_t < _TINY or 0 < m_ad < _TINY_D:
         return -2
     gmin, ginv, tmin, tinv = p[P_GMIN], p[P_GINV], p[P_TMIN], p[P_TINV]
     c1 = tinv - ginv

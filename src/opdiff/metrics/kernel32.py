@@ -39,7 +39,11 @@ EXP32 = np.int32(0x7F800000)
 I0: Any = np.int32(0)
 # per block: float32 squares and relative errors hold without overflow or underflow between these
 BIG_BITS: int = int(np.float32(2.0 ** 58).view(np.int32))  # |x| <= 2^58: 1,024 squares sum below 2^127
-TINY_BITS: int = int(np.float32(2.0 ** -40).view(np.int32))  # a side's (or the differences') largest |x| above 2^-40
+# a side's largest |x| at least 2^-40: then any nonzero difference of its values (>= its ulp, 2^-63) squares to a
+# normal float32, so the shifted sums (std) hold; the differences' largest at least 2^-52: the terms of
+# sum (t - g)^2 that underflow (< 2^-150 each) stay below 2^-36 of it
+TINY_BITS: int = int(np.float32(2.0 ** -40).view(np.int32))
+TINY_D_BITS: int = int(np.float32(2.0 ** -52).view(np.int32))
 
 # float32 block result slots (o32), beside the float64 accumulator layout of kernel.py
 B_AD, B_D2, B_G2, B_T2, B_DP, B_GC, B_TC, B_GC2, B_TC2, B_REL, B_C1, B_C5, B_ACC = range(13)
