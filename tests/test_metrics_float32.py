@@ -187,3 +187,14 @@ def test_long_tensor_2_24():
     g = (rng.standard_normal(1 << 24, dtype=np.float32) * 3 + 1).astype(np.float32)
     t = (g + g * np.float32(1e-3) * rng.standard_normal(g.size, dtype=np.float32)).astype(np.float32)
     check(g, t)
+
+
+@pytest.mark.parametrize("kind", ["power", "exp", "scaled noise"])
+def test_kl_of_sides_far_apart_in_value(kind):
+    """Sides whose normalized values differ by 10-40 % (t = g^0.6, exp(0.6 g), g (1 - 0.4 u)): a - b from the
+    rounded a, b there (the t - g form would cancel), ratios beyond sqrt2 by the exponent split: KL to 1e-6."""
+    rng = rng_of(13)
+    g = rng.uniform(0.01, 1, 50_000).astype(np.float32)
+    t = {"power": g ** 0.6, "exp": np.exp(0.6 * g), "scaled noise": g * (1 - 0.4 * rng.uniform(0, 1, g.size))}[kind]
+    m = check(g, t.astype(np.float32))
+    assert m[M.KL_DIV] > 1e-3

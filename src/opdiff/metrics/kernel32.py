@@ -32,7 +32,8 @@ SNEAR = f32(S_NEAR)
 LN2 = f32(math.log(2.0))
 SQRT2 = f32(math.sqrt(2.0))
 # 2 atanh(s) = 2s + 2s z (1/3 + z/5 + z^2/7 + z^3/9 + z^4/11), z = s^2 <= 0.0295: truncation < 1e-8 relative
-Q0, Q1, Q2, Q3, Q4 = f32(1 / 3), f32(1 / 5), f32(1 / 7), f32(1 / 9), f32(1 / 11)
+Q0, Q1, Q2, Q3, Q4, Q5, Q6 = (f32(1 / k) for k in (3, 5, 7, 9, 11, 13, 15))
+THREE = f32(3.0)
 MANT32 = np.int32(0x007FFFFF)
 ONE32 = np.int32(0x3F800000)
 EXP32 = np.int32(0x7F800000)
@@ -49,6 +50,12 @@ TINY_D_BITS: int = int(np.float32(2.0 ** -52).view(np.int32))
 B_AD, B_D2, B_G2, B_T2, B_DP, B_GC, B_TC, B_GC2, B_TC2, B_REL, B_C1, B_C5, B_ACC = range(13)
 B_SA, B_SD, B_BR = 13, 14, 15
 N_B = 16
+
+
+@nb.njit(inline="always", fastmath=True)
+def _q7(z: np.float32) -> np.float32:
+    """_q to z^6, for z = s^2 <= 1/9 (a/b within [1/2, 2]): truncation < 2e-8 relative."""
+    return Q0 + z * (Q1 + z * (Q2 + z * (Q3 + z * (Q4 + z * (Q5 + z * Q6)))))
 
 
 @nb.njit(inline="always", fastmath=True)
@@ -118,8 +125,8 @@ def sums32(g: Chunk, t: Chunk, kg: np.float32, kt: np.float32, o: F64) -> tuple[
 @nb.njit(inline="always", fastmath=True)
 def _ab(g: np.float32, t: np.float32, gmin: np.float32, ginv: np.float32, tmin: np.float32, tinv: np.float32,
         c1: np.float32, c2: np.float32) -> tuple[np.float32, np.float32, np.float32, np.float32]:
-    """(a, b, a - b as the difference of the rounded a, b, a - b from t - g): the normalized values
-    floored at eps32, and their difference to float32 precision of the differences themselves:
+    """(a, b, a - b of the rounded a, b, a - b for the sums): the normalized values floored at eps32, and their
+    difference to float32 precision of the differences themselves where the sides are close:
     (t - g) tinv + (g - gmin)(tinv - ginv) - (tmin - gmin) tinv, where no term is floored."""
     gb = g - gmin
     ar = (t - tmin) * tinv
@@ -127,8 +134,13 @@ def _ab(g: np.float32, t: np.float32, gmin: np.float32, ginv: np.float32, tmin: 
     a = ar if ar > E32 else E32
     b = br if br > E32 else E32
     dr = a - b
-    dx = (t - g) * tinv + gb * c1 - c2
-    return a, b, dr, (dx if (ar > E32) & (br > E32) else dr)
+    dtv = (t - g) * tinv
+    gbc = gb * c1
+    dx = dtv + gbc - c2
+    # dx where its terms are smaller than a + b (close sides: its rounding is then the smaller); else the rounded
+    # a - b, whose common scale errors (tinv's, ginv's rounding) KL does not see (it normalizes a and b)
+    fine = (ar > E32) & (br > E32) & (abs(dtv) + abs(gbc) + abs(c2) < a + b)
+    return a, b, dr, (dx if fine else dr)
 
 
 @nb.njit(nogil=True, cache=True, error_model="numpy", fastmath=True)
@@ -157,9 +169,10 @@ def kl_near32(g: Chunk, t: Chunk, gmin64: float, ginv64: float, tmin64: float, t
 @nb.njit(nogil=True, cache=True, error_model="numpy", fastmath=True)
 def kl_general32(g: Chunk, t: Chunk, gmin64: float, ginv64: float, tmin64: float, tinv64: float, c164: float,
                  c264: float, o: F64) -> int:
-    """KL sums of any block: log(a/b) split as e ln2 + 2 atanh((ma - mb)/(ma + mb)) over the float32
-    exponent and mantissa, the near form of the Bregman term where a/b lies within sqrt2 (e = 0; no
-    cancellation), a log(a/b) - (a - b) elsewhere. Returns the elements beyond sqrt2."""
+    """KL sums of any block: the near form of the Bregman term where a/b lies within [1/2, 2] (s = (a - b)/(a + b),
+    |s| <= 1/3, 7-term series; no cancellation), elsewhere a log(a/b) - (a - b) with log(a/b) split as
+    e ln2 + 2 atanh((ma - mb)/(ma + mb)) over the float32 exponent and mantissa (the term's rounding then at
+    most 4x its size's). Returns the elements beyond sqrt2 (the next block tries the near path when none)."""
     gmin, ginv, tmin, tinv, c1, c2 = f32(gmin64), f32(ginv64), f32(tmin64), f32(tinv64), f32(c164), f32(c264)
     sa = sd = br = Z
     far = Z
@@ -175,15 +188,15 @@ def kl_general32(g: Chunk, t: Chunk, gmin64: float, ginv64: float, tmin64: float
         mb = mb * TWO if up else mb
         ma = ma * TWO if dn else ma
         e = np.int32(e + np.int32(1)) if up else (np.int32(e - np.int32(1)) if dn else e)
-        near = e == I0
+        near = THREE * abs(dx) <= a + b  # a/b within [1/2, 2]: the Bregman term's near form, no cancellation
         s = (dx if near else ma - mb) / (a + b if near else ma + mb)
         z = s * s
-        w = TWO * s * z * _q(z)
+        w = TWO * s * z * _q7(z)
         fe = f32(e)
         sa += a
         sd += dx
         br += (dx * s + a * w) if near else (a * (fe * LN2 + TWO * s + w) - dx)
-        far += Z if near else ONE
+        far += Z if e == I0 else ONE
     o[B_SA] = sa
     o[B_SD] = sd
     o[B_BR] = br
