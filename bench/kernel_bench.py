@@ -198,18 +198,18 @@ def _kl_only(g: np.ndarray, t: np.ndarray, p: np.ndarray, near: bool) -> float:
 
 @nb.njit(nogil=True)
 def _parts32(g: np.ndarray, t: np.ndarray, p: np.ndarray, o: np.ndarray, part: int) -> None:
-    """One part of the float32 kernel over every block as fold walks them: 0 the sums loop (kernel32.sums32),
+    """One part of the float32 kernel over every block as fold walks them: 0 the sums loop (kernel.sums32),
     1 the near KL loop, 2 the general KL loop."""
     c1 = p[K.P_TINV] - p[K.P_GINV]
     c2 = (p[K.P_TMIN] - p[K.P_GMIN]) * p[K.P_TINV]
     for s in range(0, g.size, K.BLOCK32):
         gs, ts = g[s:s + K.BLOCK32], t[s:s + K.BLOCK32]
         if part == 0:
-            K.K32.sums32(gs, ts, gs[0], ts[0], o)
+            K.sums32(gs, ts, gs[0], ts[0], o)
         elif part == 1:
-            K.K32.kl_near32(gs, ts, p[K.P_GMIN], p[K.P_GINV], p[K.P_TMIN], p[K.P_TINV], c1, c2, o)
+            K.kl_near32(gs, ts, p[K.P_GMIN], p[K.P_GINV], p[K.P_TMIN], p[K.P_TINV], c1, c2, o)
         else:
-            K.K32.kl_general32(gs, ts, p[K.P_GMIN], p[K.P_GINV], p[K.P_TMIN], p[K.P_TINV], c1, c2, o)
+            K.kl_general32(gs, ts, p[K.P_GMIN], p[K.P_GINV], p[K.P_TMIN], p[K.P_TINV], c1, c2, o)
 
 
 def profile_table(n: int, repeat: int, rng: np.random.Generator) -> None:

@@ -1,4 +1,4 @@
-"""The float32 kernel (metrics/kernel32.py) against the float64 one on inputs built to hurt float32 sums:
+"""The float32 kernel (metrics/kernel.py, its float32 blocks) against the float64 one on inputs built to hurt float32 sums:
 every metric within the documented tolerance (docs/metrics.md, "Precision"), maxima exact, blocks that
 float32 cannot hold folded in float64."""
 
