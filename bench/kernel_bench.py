@@ -196,6 +196,22 @@ def _kl_only(g: np.ndarray, t: np.ndarray, p: np.ndarray, near: bool) -> float:
     return out
 
 
+@nb.njit(nogil=True)
+def _parts32(g: np.ndarray, t: np.ndarray, p: np.ndarray, o: np.ndarray, part: int) -> None:
+    """One part of the float32 kernel over every block as fold walks them: 0 the sums loop (kernel.sums32),
+    1 the near KL loop, 2 the general KL loop."""
+    c1 = p[K.P_TINV] - p[K.P_GINV]
+    c2 = (p[K.P_TMIN] - p[K.P_GMIN]) * p[K.P_TINV]
+    for s in range(0, g.size, K.BLOCK32):
+        gs, ts = g[s:s + K.BLOCK32], t[s:s + K.BLOCK32]
+        if part == 0:
+            K.sums32(gs, ts, gs[0], ts[0], o)
+        elif part == 1:
+            K.kl_near32(gs, ts, p[K.P_GMIN], p[K.P_GINV], p[K.P_TMIN], p[K.P_TINV], c1, c2, o)
+        else:
+            K.kl_general32(gs, ts, p[K.P_GMIN], p[K.P_GINV], p[K.P_TMIN], p[K.P_TINV], c1, c2, o)
+
+
 def profile_table(n: int, repeat: int, rng: np.random.Generator) -> None:
     """Where the kernel's time goes, each part timed alone in CPU time against numpy's sum of the same
     fp32 pairs: the KL loop (near and general path), the rest of the block (sums, relative errors,
@@ -217,9 +233,13 @@ def profile_table(n: int, repeat: int, rng: np.random.Generator) -> None:
             K.fold(g, t, p, acc, cnt, scratch, 0)
 
         whole, _ = interleaved(fold, lambda: None, repeat)
-        kl, _ = interleaved(lambda t=t, p=p, near=label == "near": _kl_only(g, t, p, near), lambda: None, repeat)
-        rows += [(f"whole kernel, {label} KL path", whole), (f"  KL loop ({label} path)", kl),
-                 ("  the rest: 9 sums, relative errors, maxima, counts, nan/inf test", whole - kl)]
+        sums, kl = interleaved(lambda t=t, p=p: _parts32(g, t, p, scratch, 0),
+                               lambda t=t, p=p, near=label == "near": _parts32(g, t, p, scratch, 1 if near else 2), repeat)
+        kl64, _ = interleaved(lambda t=t, p=p, near=label == "near": _kl_only(g, t, p, near), lambda: None, repeat)
+        rows += [(f"whole kernel (float32 blocks), {label} KL path", whole), (f"  KL loop, float32 ({label} path)", kl),
+                 ("  sums loop, float32: 13 sums, relative errors, maxima, counts, nan/inf test", sums),
+                 ("  the rest: block bookkeeping, float64 folds, maxima re-taken", whole - kl - sums),
+                 (f"  (the float64 KL loop, {label} path, for comparison)", kl64)]
     conv_bf, conv_hf = interleaved(lambda: np.copyto(out, bf, casting="unsafe"), lambda: K.half_to_float(hf, out),
                                    repeat)
     rows += [("bf16 -> fp32 upcast, both sides", 2 * conv_bf), ("fp16 -> fp32 upcast, both sides", 2 * conv_hf)]

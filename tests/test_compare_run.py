@@ -164,7 +164,12 @@ def test_parallel_and_serial_agree_and_chunked_reads_match_memory(tmp_path):
     for r, g, t in zip(serial.results, big, tgt):
         ref = tensor_metrics(g.array, t.array)
         ref.pop(M.ERR_MESSAGE)
-        assert r.metrics == pytest.approx(ref, rel=1e-12)  # mean/std shift differs: stats mean vs first element
+        # the shift differs (stats mean vs first element): float32 block sums around either agree to 1e-6, means
+        # to 1e-6 of the std (docs/metrics.md, "Precision")
+        got = dict(r.metrics)
+        for k, s in ((M.GOLDEN_MEAN, M.GOLDEN_STD), (M.TARGET_MEAN, M.TARGET_STD)):
+            assert got.pop(k) == pytest.approx(ref.pop(k), abs=1e-6 * ref[s])
+        assert got == pytest.approx(ref, rel=1e-6)
     total = 2 * sum(t.array.nbytes for t in big)
     assert calls[-1] == (total, total) and serial.tensor_bytes == total
 

@@ -9,6 +9,10 @@ the same loop by integer tests on the bits; a block holding any is discarded and
 careful scalar path that counts them and skips them. Maxima are taken over the int64 bit patterns
 of non-negative float64s (integer max reductions vectorize, float ones do not). All functions
 release the GIL (nogil) and are cached on disk.
+
+float32 chunks take the float32 blocks (the second half of this file) instead (BLOCK32 elements, float32 arithmetic
+within a block, float64 across blocks: docs/metrics.md, "Precision"), through _chunk32; a block they
+cannot hold (magnitudes) comes back here, to the float64 block.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ A_KL_SA, A_KL_SB, A_KL_SL = 13, 14, 15
 A_MAX_AD, A_MAX_REL, A_WORST_G, A_WORST_T = 16, 17, 18, 19
 A_KL_SD = 20  # sum of (a - b): log(B/A) = -log1p(SD/B) without cancelling two large sums
 A_MAX_ACC = 21  # max r over |g| > eps: msaccucmp's MaxRelativeError (elements with golden ~ 0 count as 0)
-N_ACC = 22
+A_SUM_DP = 22  # sum of (t - g)(t + g): with A_SUM_D2, 1 - cosine without cancellation (tensor.cosine)
+N_ACC = 23
 # int64 counter slots
 C_G_NAN, C_G_PINF, C_G_NINF, C_T_NAN, C_T_PINF, C_T_NINF = 0, 1, 2, 3, 4, 5
 C_MISMATCH, C_FIRST_MISMATCH, C_WORST_IDX, C_FINITE, C_DIFF = 6, 7, 8, 9, 10
@@ -46,6 +51,7 @@ N_CNT = 11
 P_GMIN, P_GINV, P_TMIN, P_TINV, P_GSHIFT, P_TSHIFT = 0, 1, 2, 3, 4, 5
 N_PARAM = 6
 BLOCK = 1 << 12  # elements per fused loop: nan/inf found in a block send only that block down the careful path
+BLOCK32 = 1 << 10  # elements per float32 block: its sums' rounding stays near float32's eps (docs/metrics.md)
 
 _jit = nb.njit(nogil=True, cache=True, error_model="numpy")
 _jit_fast = nb.njit(nogil=True, cache=True, error_model="numpy", fastmath=True)
@@ -235,7 +241,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64, near: bool
     KL terms the arithmetic log cannot take, elements outside the near range, whether the KL sum S is
     valid (see _kl_sums), max |t - g|, max r and max r over |g| > eps as int64 bits). Assumes nothing:
     the caller discards the block's sums when nan/inf were seen (fastmath makes them meaningless)."""
-    s_ad = s_d2 = s_g2 = s_t2 = s_gt = 0.0
+    s_ad = s_d2 = s_g2 = s_t2 = s_gt = s_dp = 0.0
     s_gc = s_tc = s_gc2 = s_tc2 = 0.0
     s_rel = c1 = c5 = s_acc = 0.0
     ndiff = np.int64(0)
@@ -262,6 +268,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64, near: bool
         s_g2 += gi * gi
         s_t2 += ti * ti
         s_gt += gi * ti
+        s_dp += d * (gi + ti)
         gc = gi - kg
         tc = ti - kt
         s_gc += gc
@@ -301,6 +308,7 @@ def _block_fast(g: Chunk, t: Chunk, p: F64, o: F64, near: bool
     o[A_KL_SB] = sb
     o[A_KL_SL] = sl
     o[A_KL_SD] = sd
+    o[A_SUM_DP] = s_dp
     return bad, ndiff, odd, far, kl_ok, m_ad, m_rel, m_acc
 
 
@@ -361,17 +369,11 @@ def _chunk_fast(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: in
     for k in range(A_MAX_AD):
         acc[k] += o[k]
     acc[A_KL_SD] += o[A_KL_SD]
+    acc[A_SUM_DP] += o[A_SUM_DP]
     cnt[C_DIFF] += ndiff
     cnt[C_FINITE] += n
     if cnt[C_WORST_IDX] < 0 or m_ad > _bits(acc[A_MAX_AD]):
-        for i in range(n):
-            ad = abs(np.float64(t[i]) - np.float64(g[i]))
-            if _as_int(ad) == m_ad:
-                acc[A_MAX_AD] = ad
-                acc[A_WORST_G] = g[i]
-                acc[A_WORST_T] = t[i]
-                cnt[C_WORST_IDX] = base + i
-                break
+        _take_worst(g, t, m_ad, acc, cnt, base)
     if m_rel > _bits(acc[A_MAX_REL]):
         acc[A_MAX_REL] = _as_float(m_rel)
     if m_acc > _bits(acc[A_MAX_ACC]):
@@ -385,11 +387,14 @@ def fold(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int) -> N
     block, the careful element-by-element path for blocks holding nan/inf. `o` is scratch (N_ACC)."""
     n = g.size
     near = True  # similar tensors keep every ratio a/b near 1: the cheaper KL path, until a block says not
-    for s in range(0, n, BLOCK):
-        e = min(n, s + BLOCK)
+    bs = _block_len(g, t)
+    for s in range(0, n, bs):
+        e = min(n, s + bs)
         gs = g[s:e]
         ts = t[s:e]
-        got = _chunk_fast(gs, ts, p, acc, cnt, o, base + s, near)
+        got = _chunk_any(gs, ts, p, acc, cnt, o, base + s, near)
+        if got == -2:  # float32 refused the block (magnitudes): float64
+            got = _chunk_fast(gs, ts, p, acc, cnt, o, base + s, near)
         if got < 0:
             chunk_careful(gs, ts, p, acc, cnt, base + s)
         else:
@@ -447,6 +452,7 @@ def chunk_careful(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, base: int) -> 
         acc[A_SUM_G2] += gi * gi
         acc[A_SUM_T2] += ti * ti
         acc[A_SUM_GT] += gi * ti
+        acc[A_SUM_DP] += d * (gi + ti)
         gc = gi - p[P_GSHIFT]
         tc = ti - p[P_TSHIFT]
         acc[A_SUM_GC] += gc
@@ -511,3 +517,332 @@ def finite_range(x: Chunk) -> tuple[float, float, float, bool]:
             if v > hi:
                 hi = v
     return lo, hi, first, found
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The float32 blocks: float32 lanes within a block, float64 across blocks. Kept in this file, not a module of its
+# own: numba's on-disk cache of `fold` holds the code of every kernel it calls but is invalidated only by a change
+# of this file (its source stamp), so a kernel that `fold` calls in another file could run stale after an edit.
+#
+# The float32 block of the metrics kernel: every sum of one block in float32 lanes, folded into the
+# float64 accumulators by the caller (kernel._chunk32), so the rounding of a block's sums stays near
+# float32's 6e-8 of the block while the pair's totals are float64 (docs/metrics.md, "Precision").
+#
+# Why float32: on the AVX-512 cores this runs on, a float64 operation costs what a float32 one does on
+# half the lanes; the float64 block was arithmetic-bound at 5x numpy's read (docs/compare.md, "The
+# metrics kernel"). What keeps the results readable: differences are formed first (t - g is exact
+# where the sides are close), cosine comes from sum (t - g)^2 and sum (t - g)(t + g) instead of a
+# rounded dot product, and KL from its Bregman terms a log(a/b) - (a - b) >= 0 with a - b taken from
+# t - g. A block whose magnitudes float32 squares cannot hold is refused (the caller folds it in float64).
+
+
+_as_int32 = cast(Callable[[Any], Any], _as_int)  # float32 bits as int32 (jitted code only)
+
+f32 = np.float32
+Z, ONE, TWO = f32(0.0), f32(1.0), f32(2.0)
+E64, E32 = f32(EPS64), f32(EPS32)  # both powers of two: exact in float32
+TH_1K, TH_5K = f32(0.001), f32(0.005)
+SNEAR = f32(S_NEAR)
+LN2 = f32(math.log(2.0))
+SQRT2 = f32(math.sqrt(2.0))
+# 2 atanh(s) = 2s + 2s z (1/3 + z/5 + z^2/7 + z^3/9 + z^4/11), z = s^2 <= 0.0295: truncation < 1e-8 relative
+Q0, Q1, Q2, Q3, Q4, Q5, Q6 = (f32(1 / k) for k in (3, 5, 7, 9, 11, 13, 15))
+THREE = f32(3.0)
+MANT32 = np.int32(0x007FFFFF)
+ONE32 = np.int32(0x3F800000)
+EXP32 = np.int32(0x7F800000)
+I0: Any = np.int32(0)
+# per block: float32 squares and relative errors hold without overflow or underflow between these
+BIG_BITS: int = int(np.float32(2.0 ** 58).view(np.int32))  # |x| <= 2^58: 1,024 squares sum below 2^127
+# a side's largest |x| at least 2^-40: then any nonzero difference of its values (>= its ulp, 2^-63) squares to a
+# normal float32, so the shifted sums (std) hold; the differences' largest at least 2^-52: the terms of
+# sum (t - g)^2 that underflow (< 2^-150 each) stay below 2^-36 of it
+TINY_BITS: int = int(np.float32(2.0 ** -40).view(np.int32))
+TINY_D_BITS: int = int(np.float32(2.0 ** -52).view(np.int32))
+
+# float32 block result slots (o32), beside the float64 accumulator layout of kernel.py
+B_AD, B_D2, B_G2, B_T2, B_DP, B_GC, B_TC, B_GC2, B_TC2, B_REL, B_C1, B_C5, B_ACC = range(13)
+B_SA, B_SD, B_BR = 13, 14, 15
+N_B = 16
+
+
+@nb.njit(inline="always", fastmath=True)
+def _q7(z: np.float32) -> np.float32:
+    """_q to z^6, for z = s^2 <= 1/9 (a/b within [1/2, 2]): truncation < 2e-8 relative."""
+    return Q0 + z * (Q1 + z * (Q2 + z * (Q3 + z * (Q4 + z * (Q5 + z * Q6)))))
+
+
+@nb.njit(inline="always", fastmath=True)
+def _q(z: np.float32) -> np.float32:
+    """(2 atanh(s) - 2s) / (2 s z): 1/3 + z/5 + ... to z^4, float32."""
+    return Q0 + z * (Q1 + z * (Q2 + z * (Q3 + z * Q4)))
+
+
+@nb.njit(nogil=True, cache=True, error_model="numpy", fastmath=True)
+def sums32(g: Chunk, t: Chunk, kg: np.float32, kt: np.float32, o: F64) -> tuple[Any, ...]:
+    """The sums of one float32 block into o (B_* slots, as float64): shifted by the block's own kg, kt.
+    Returns (nan/inf seen, elements that differ, max |t - g|, max r, max r over |g| > eps, max |g|,
+    max |t|), maxima as int32 bits of non-negative float32s (integer max reductions vectorize)."""
+    s_ad = s_d2 = s_g2 = s_t2 = s_dp = Z
+    s_gc = s_tc = s_gc2 = s_tc2 = Z
+    s_rel = c1 = c5 = s_acc = nd = bad = Z
+    m_ad = m_rel = m_acc = m_g = m_t = I0
+    for i in range(g.size):
+        gr = g[i]
+        tr = t[i]
+        ig = _as_int32(gr)
+        it = _as_int32(tr)
+        bad += ONE if ((ig & EXP32) == EXP32) | ((it & EXP32) == EXP32) else Z
+        d = tr - gr
+        ad = abs(d)
+        s_ad += ad
+        s_d2 += d * d
+        s_g2 += gr * gr
+        s_t2 += tr * tr
+        s_dp += d * (gr + tr)
+        gc = gr - kg
+        tc = tr - kt
+        s_gc += gc
+        s_tc += tc
+        s_gc2 += gc * gc
+        s_tc2 += tc * tc
+        nd += ONE if tr != gr else Z
+        ag = abs(gr)
+        den = ag if ag != Z else E64
+        r = ad / den
+        ir = _as_int32(r)
+        m_ad = max(m_ad, _as_int32(ad))
+        m_rel = max(m_rel, ir)
+        m_g = max(m_g, _as_int32(ag))
+        m_t = max(m_t, _as_int32(abs(tr)))
+        s_rel += r
+        c1 += ONE if r < TH_1K else Z
+        c5 += ONE if r < TH_5K else Z
+        s_acc += r if ag > E64 else Z
+        m_acc = max(m_acc, ir if ag > E64 else I0)
+    o[B_AD] = s_ad
+    o[B_D2] = s_d2
+    o[B_G2] = s_g2
+    o[B_T2] = s_t2
+    o[B_DP] = s_dp
+    o[B_GC] = s_gc
+    o[B_TC] = s_tc
+    o[B_GC2] = s_gc2
+    o[B_TC2] = s_tc2
+    o[B_REL] = s_rel
+    o[B_C1] = c1
+    o[B_C5] = c5
+    o[B_ACC] = s_acc
+    return int(bad), int(nd), m_ad, m_rel, m_acc, m_g, m_t
+
+
+@nb.njit(inline="always", fastmath=True)
+def _ab(g: np.float32, t: np.float32, gmin: np.float32, ginv: np.float32, tmin: np.float32, tinv: np.float32,
+        c1: np.float32, c2: np.float32) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+    """(a, b, a - b of the rounded a, b, a - b for the sums): the normalized values floored at eps32, and their
+    difference to float32 precision of the differences themselves where the sides are close:
+    (t - g) tinv + (g - gmin)(tinv - ginv) - (tmin - gmin) tinv, where no term is floored."""
+    gb = g - gmin
+    ar = (t - tmin) * tinv
+    br = gb * ginv
+    a = ar if ar > E32 else E32
+    b = br if br > E32 else E32
+    dr = a - b
+    dtv = (t - g) * tinv
+    gbc = gb * c1
+    dx = dtv + gbc - c2
+    # dx where its terms are smaller than a + b (close sides: its rounding is then the smaller); else the rounded
+    # a - b, whose common scale errors (tinv's, ginv's rounding) KL does not see (it normalizes a and b)
+    fine = (ar > E32) & (br > E32) & (abs(dtv) + abs(gbc) + abs(c2) < a + b)
+    return a, b, dr, (dx if fine else dr)
+
+
+@nb.njit(nogil=True, cache=True, error_model="numpy", fastmath=True)
+def kl_near32(g: Chunk, t: Chunk, gmin64: float, ginv64: float, tmin64: float, tinv64: float, c164: float,
+              c264: float, o: F64) -> int:
+    """KL sums of a block whose ratios a/b lie within sqrt2: A, D = sum(a - b) (from t - g) and the Bregman sum
+    sum(a log(a/b) - (a - b)) = sum((a - b) s + 2 a s z q(z)), s = (a - b)/(a + b), every term >= 0.
+    Returns the elements outside that range (any makes the Bregman sum wrong: the general path redoes it)."""
+    gmin, ginv, tmin, tinv, c1, c2 = f32(gmin64), f32(ginv64), f32(tmin64), f32(tinv64), f32(c164), f32(c264)
+    sa = sd = br = Z
+    far = Z
+    for i in range(g.size):
+        a, b, dr, dx = _ab(g[i], t[i], gmin, ginv, tmin, tinv, c1, c2)
+        s = dx / (a + b)
+        z = s * s
+        sa += a
+        sd += dx
+        br += dx * s + TWO * a * s * z * _q(z)
+        far += ONE if abs(s) > SNEAR else Z
+    o[B_SA] = sa
+    o[B_SD] = sd
+    o[B_BR] = br
+    return int(far)
+
+
+@nb.njit(nogil=True, cache=True, error_model="numpy", fastmath=True)
+def kl_general32(g: Chunk, t: Chunk, gmin64: float, ginv64: float, tmin64: float, tinv64: float, c164: float,
+                 c264: float, o: F64) -> int:
+    """KL sums of any block: the near form of the Bregman term where a/b lies within [1/2, 2] (s = (a - b)/(a + b),
+    |s| <= 1/3, 7-term series; no cancellation), elsewhere a log(a/b) - (a - b) with log(a/b) split as
+    e ln2 + 2 atanh((ma - mb)/(ma + mb)) over the float32 exponent and mantissa (the term's rounding then at
+    most 4x its size's). Returns the elements beyond sqrt2 (the next block tries the near path when none)."""
+    gmin, ginv, tmin, tinv, c1, c2 = f32(gmin64), f32(ginv64), f32(tmin64), f32(tinv64), f32(c164), f32(c264)
+    sa = sd = br = Z
+    far = Z
+    for i in range(g.size):
+        a, b, dr, dx = _ab(g[i], t[i], gmin, ginv, tmin, tinv, c1, c2)
+        ia = _as_int32(a)
+        ib = _as_int32(b)
+        e = np.int32(np.int32(ia >> 23) - np.int32(ib >> 23))  # int32 throughout: 16 lanes, as the floats
+        ma = _as_float32(np.int32(np.int32(ia & MANT32) | ONE32))
+        mb = _as_float32(np.int32(np.int32(ib & MANT32) | ONE32))
+        up = ma > SQRT2 * mb
+        dn = mb > SQRT2 * ma
+        mb = mb * TWO if up else mb
+        ma = ma * TWO if dn else ma
+        e = np.int32(e + np.int32(1)) if up else (np.int32(e - np.int32(1)) if dn else e)
+        near = THREE * abs(dx) <= a + b  # a/b within [1/2, 2]: the Bregman term's near form, no cancellation
+        s = (dx if near else ma - mb) / (a + b if near else ma + mb)
+        z = s * s
+        w = TWO * s * z * _q7(z)
+        fe = f32(e)
+        sa += a
+        sd += dx
+        br += (dx * s + a * w) if near else (a * (fe * LN2 + TWO * s + w) - dx)
+        far += Z if e == I0 else ONE
+    o[B_SA] = sa
+    o[B_SD] = sd
+    o[B_BR] = br
+    return int(far)
+
+
+def _block_len(g: Chunk, t: Chunk) -> int:
+    """Elements per block for the chunk dtype (BLOCK32 for float32, BLOCK for float64). Jitted code only."""
+    raise NotImplementedError("_block_len is compiled by numba (see _block_len_impl)")
+
+
+@overload(_block_len, inline="always")
+def _block_len_impl(g, t):  # type: ignore[no-untyped-def]
+    if g.dtype == types.float32 and t.dtype == types.float32:
+        return lambda g, t: BLOCK32
+    return lambda g, t: BLOCK
+
+
+def _chunk_any(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int, near: bool) -> int:
+    """_chunk32 for float32 chunks, _chunk_fast for float64 ones. Jitted code only."""
+    raise NotImplementedError("_chunk_any is compiled by numba (see _chunk_any_impl)")
+
+
+@overload(_chunk_any, inline="always")
+def _chunk_any_impl(g, t, p, acc, cnt, o, base, near):  # type: ignore[no-untyped-def]
+    if g.dtype == types.float32 and t.dtype == types.float32:
+        return lambda g, t, p, acc, cnt, o, base, near: _chunk32(g, t, p, acc, cnt, o, base, near)
+    return lambda g, t, p, acc, cnt, o, base, near: _chunk_fast(g, t, p, acc, cnt, o, base, near)
+
+
+_BIG, _TINY, _TINY_D = BIG_BITS, TINY_BITS, TINY_D_BITS
+
+
+@_jit
+def _chunk32(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int, near: bool) -> int:
+    """_chunk_fast for a float32 block by float32 arithmetic (sums32, kl_near32, kl_general32): -1 when it holds nan/inf, -2
+    when float32 cannot hold its squares or relative errors (nothing folded: the caller folds it in
+    float64), else 1 when the next block should try the near KL path, 0 when not."""
+    n = g.size
+    kg = _shift32(p[P_GSHIFT], g[0])
+    kt = _shift32(p[P_TSHIFT], t[0])
+    bad, nd, m_ad, m_rel, m_acc, m_g, m_t = sums32(g, t, kg, kt, o)
+    if bad:
+        return -1
+    if m_g > _BIG or m_t > _BIG or 0 < m_g < _TINY or 0 < m_t < _TINY or 0 < m_ad < _TINY_D:
+        return -2
+    gmin, ginv, tmin, tinv = p[P_GMIN], p[P_GINV], p[P_TMIN], p[P_TINV]
+    c1 = tinv - ginv
+    c2 = (tmin - gmin) * tinv
+    far = kl_near32(g, t, gmin, ginv, tmin, tinv, c1, c2, o) if near else 1
+    if far > 0:
+        far = kl_general32(g, t, gmin, ginv, tmin, tinv, c1, c2, o)
+    tot = 0.0
+    for k in range(N_B):
+        tot += o[k]
+    if not math.isfinite(tot):
+        return -2
+    _fold32(o, p, acc, n, np.float64(kg), np.float64(kt))
+    cnt[C_DIFF] += nd
+    cnt[C_FINITE] += n
+    if cnt[C_WORST_IDX] < 0 or np.float64(_as_float32(np.int32(m_ad))) * (1.0 + 2.0 ** -22) > acc[A_MAX_AD]:
+        _worst64(g, t, acc, cnt, base)
+    r = np.float64(_as_float32(np.int32(m_rel)))  # float32's r: within two roundings of the float64 one
+    if r > acc[A_MAX_REL]:
+        acc[A_MAX_REL] = r
+    r = np.float64(_as_float32(np.int32(m_acc)))
+    if r > acc[A_MAX_ACC]:
+        acc[A_MAX_ACC] = r
+    return 1 if far == 0 else 0
+
+
+@_jit
+def _shift32(k: float, first: np.float32) -> np.float32:
+    """The pair's shift k rounded to float32 (the block's sums around it; the rounding moved back exactly in
+    float64 by _fold32), or the block's first element when k is not a finite float32."""
+    k32 = np.float32(k)
+    return k32 if math.isfinite(k32) else first
+
+
+@_jit
+def _fold32(o: F64, p: F64, acc: F64, n: int, kg: float, kt: float) -> None:
+    """Add a float32 block's sums (o, the B_* slots) into the float64 accumulators; the block's own
+    shifts kg, kt (the pair's rounded to float32) moved to the pair's (p) exactly in float64, A_SUM_GT and B = A - D derived."""
+    acc[A_SUM_AD] += o[B_AD]
+    acc[A_SUM_D2] += o[B_D2]
+    acc[A_SUM_G2] += o[B_G2]
+    acc[A_SUM_T2] += o[B_T2]
+    acc[A_SUM_GT] += 0.5 * (o[B_G2] + o[B_T2] - o[B_D2])
+    acc[A_SUM_DP] += o[B_DP]
+    dg = kg - p[P_GSHIFT]
+    dt = kt - p[P_TSHIFT]
+    acc[A_SUM_GC] += o[B_GC] + n * dg
+    acc[A_SUM_TC] += o[B_TC] + n * dt
+    acc[A_SUM_GC2] += o[B_GC2] + 2.0 * dg * o[B_GC] + n * dg * dg
+    acc[A_SUM_TC2] += o[B_TC2] + 2.0 * dt * o[B_TC] + n * dt * dt
+    acc[A_SUM_REL] += o[B_REL]
+    acc[A_CNT_1K] += o[B_C1]
+    acc[A_CNT_5K] += o[B_C5]
+    acc[A_SUM_ACC] += o[B_ACC]
+    sa = o[B_SA]
+    sd = o[B_SD]
+    acc[A_KL_SA] += sa
+    acc[A_KL_SB] += sa - sd  # B = A - D exactly: the KL's log(B/A) and its S then cancel consistently
+    acc[A_KL_SD] += sd
+    acc[A_KL_SL] += o[B_BR] + sd  # sum a log(a/b) = Bregman sum + sum(a - b)
+
+
+@_jit_fast
+def _max_ad_bits(g: Chunk, t: Chunk) -> int:
+    """max |t - g| over a block in float64, as int64 bits (an integer max reduction: vectorizes)."""
+    m = 0
+    for i in range(g.size):
+        m = max(m, _as_int(abs(np.float64(t[i]) - np.float64(g[i]))))
+    return m
+
+
+@_jit
+def _worst64(g: Chunk, t: Chunk, acc: F64, cnt: I64, base: int) -> None:
+    """The block's largest |t - g| in float64 and its first index, kept when larger than the pair's so far."""
+    m = _max_ad_bits(g, t)
+    if cnt[C_WORST_IDX] < 0 or m > _bits(acc[A_MAX_AD]):
+        _take_worst(g, t, m, acc, cnt, base)
+
+
+@_jit
+def _take_worst(g: Chunk, t: Chunk, m: int, acc: F64, cnt: I64, base: int) -> None:
+    """Make the block's first element whose float64 |t - g| has the bits m the pair's worst."""
+    for i in range(g.size):
+        ad = abs(np.float64(t[i]) - np.float64(g[i]))
+        if _as_int(ad) == m:
+            acc[A_MAX_AD] = ad
+            acc[A_WORST_G] = g[i]
+            acc[A_WORST_T] = t[i]
+            cnt[C_WORST_IDX] = base + i
+            break

@@ -342,6 +342,13 @@ def _mean_std(s_c: float, s_c2: float, shift: float, n: int) -> tuple[float, flo
     return shift + mc, math.sqrt(max(s_c2 / n - mc * mc, 0.0))
 
 
+def _cos(a: list[float], ng: float, nt: float) -> float:
+    """Cosine similarity from |t - g|^2 = D and sum (t - g)(t + g) = P: 1 - cos = (D - P^2/(|g| + |t|)^2)/(2|g||t|),
+    no rounded dot product, so 1 - cos keeps the precision of the differences (near-identical tensors)."""
+    q = a[K.A_SUM_DP] / (ng + nt)
+    return min(1.0, max(-1.0, 1.0 - (a[K.A_SUM_D2] - q * q) / (2.0 * ng * nt)))
+
+
 def _log_ratio(sa: float, sb: float, sd: float) -> float:
     """log(A/B) for the KL sums (both > 0, floored at eps32): log1p(D/B) where A and B are close (no
     cancellation), log A - log B where A is tiny beside B (D/B rounds to -1: log1p would raise)."""
@@ -395,7 +402,7 @@ def finalize_full(a: list[float], c: list[int], numel: int, golden_absmax: float
     elif c[K.C_DIFF] == 0:
         cosine = 1.0  # the same values: exactly 1, not the 0.9999999999999998 the rounded sums give
     else:
-        cosine = min(1.0, max(-1.0, a[K.A_SUM_GT] / (ng * nt)))
+        cosine = _cos(a, ng, nt)
     euc = math.sqrt(a[K.A_SUM_D2])
     if ng > 0.0:
         red = euc / ng
@@ -443,7 +450,7 @@ def _finalize_plain(a: list[float], c: list[int], n: int, golden_absmax: float |
     """finalize of the common pair (every element finite on both sides, neither side all zero), in one
     dict literal: the same values, keys in the same order (a third of the cost for small pairs)."""
     ng, nt = math.sqrt(a[K.A_SUM_G2]), math.sqrt(a[K.A_SUM_T2])
-    cosine = 1.0 if c[K.C_DIFF] == 0 else min(1.0, max(-1.0, a[K.A_SUM_GT] / (ng * nt)))
+    cosine = 1.0 if c[K.C_DIFF] == 0 else _cos(a, ng, nt)
     euc = math.sqrt(a[K.A_SUM_D2])
     kl = a[K.A_KL_SL] / a[K.A_KL_SA] - _log_ratio(a[K.A_KL_SA], a[K.A_KL_SB], a[K.A_KL_SD])
     if abs(kl) < K.EPS64:
@@ -488,7 +495,8 @@ def finalize_table(acc: np.ndarray, cnt: np.ndarray, numel: list[int], absmax: l
     g2, t2 = acc[:, K.A_SUM_G2], acc[:, K.A_SUM_T2]
     with np.errstate(all="ignore"):
         ng, nt = np.sqrt(g2), np.sqrt(t2)
-        raw_cos = acc[:, K.A_SUM_GT] / (ng * nt)
+        q = acc[:, K.A_SUM_DP] / (ng + nt)
+        raw_cos = 1.0 - (acc[:, K.A_SUM_D2] - q * q) / (2.0 * ng * nt)  # _cos, column by column
     plain = (finite == n_all) & (cnt[:, K.C_MISMATCH] == 0) & (g2 > 0.0) & (t2 > 0.0) & np.isfinite(raw_cos) \
         & (n_all > 0)
     out: list[Metrics | None] = [None] * len(numel)

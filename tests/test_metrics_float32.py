@@ -1,0 +1,200 @@
+"""The float32 kernel (metrics/kernel.py, its float32 blocks) against the float64 one on inputs built to hurt float32 sums:
+every metric within the documented tolerance (docs/metrics.md, "Precision"), maxima exact, blocks that
+float32 cannot hold folded in float64."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from opdiff.metrics import kernel as K
+from opdiff.metrics import names as M
+from opdiff.metrics.tensor import tensor_metrics
+
+RTOL = 1e-6
+EXACT = (M.MAX_ABS_ERR, M.NORM_MAX_ABS_ERR, M.WORST_INDEX, M.WORST_GOLDEN,
+         M.WORST_TARGET, M.DIFF_COUNT, M.COMPARED, M.GOLDEN_NAN, M.TARGET_NAN, M.GOLDEN_POSINF, M.TARGET_NEGINF,
+         M.NONFINITE_MISMATCH)
+
+
+def check(g: np.ndarray, t: np.ndarray, rtol: float = RTOL) -> dict:
+    """The float32 kernel's metrics of (g, t) against the float64 kernel's of the same values (itself
+    tested to 1e-9 against numpy, tests/test_metrics_tensor.py); returns the float32 ones."""
+    m = tensor_metrics(g, t)
+    r = tensor_metrics(g.astype(np.float64), t.astype(np.float64))
+    red2 = (r[M.RED] or 0.0) ** 2
+    for k in EXACT:
+        assert m[k] == r[k], k
+    for k in (M.MAX_REL_ERR, M.MAX_REL_ERROR):  # float32's r: two roundings (2^-23) of the float64 one
+        assert m[k] == pytest.approx(r[k], rel=2.0 ** -22 if rtol == RTOL else rtol, abs=1e-300), k
+    for k in (M.MEAN_ABS_ERR, M.MEAN_REL_ERR, M.RMSE, M.ACC_REL_ERR, M.MEAN_REL_ERROR, M.RED, M.EUC_DIST,
+              M.GOLDEN_STD, M.TARGET_STD):
+        assert m[k] == pytest.approx(r[k], rel=rtol, abs=1e-300), k
+    for k, s in ((M.GOLDEN_MEAN, M.GOLDEN_STD), (M.TARGET_MEAN, M.TARGET_STD)):
+        assert m[k] == pytest.approx(r[k], rel=rtol, abs=rtol * r[s] + 1e-300), k
+    assert 1.0 - m[M.COSINE] == pytest.approx(1.0 - r[M.COSINE], rel=rtol, abs=10 * rtol * red2 + 1e-300)
+    assert m[M.KL_DIV] == pytest.approx(r[M.KL_DIV], rel=rtol, abs=rtol * red2 + 1e-300)
+    for k in (M.ONE_THOUSANDTH, M.FIVE_THOUSANDTH):
+        assert m[k] == pytest.approx(r[k], abs=1e-6), k
+    return m
+
+
+def rng_of(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def test_large_dynamic_range():
+    """Magnitudes from 1e-30 to 1e17 in every block, both signs."""
+    rng = rng_of(1)
+    g = (rng.choice([-1, 1], 50_000) * 10.0 ** rng.uniform(-30, 17, 50_000)).astype(np.float32)
+    t = (g * (1 + 1e-4 * rng.standard_normal(g.size))).astype(np.float32)
+    check(g, t)
+
+
+def test_mean_far_above_spread():
+    """mean 1e4 times the std: the shifted sums keep mean and std."""
+    rng = rng_of(2)
+    g = (1e4 + rng.standard_normal(20_000)).astype(np.float32)
+    t = (g + 1e-3 * rng.standard_normal(g.size)).astype(np.float32)
+    m = check(g, t)
+    assert m[M.GOLDEN_STD] == pytest.approx(float(g.astype(np.float64).std()), rel=RTOL)
+
+
+@pytest.mark.parametrize("kind", ["ulp", "1e-7", "one element"])
+def test_near_identical(kind):
+    """b = a (1 + 1e-7), a + 1 ulp, one element changed: 1 - cosine, RMSE and KL keep their precision."""
+    rng = rng_of(3)
+    g = rng.standard_normal(30_000).astype(np.float32)
+    if kind == "ulp":
+        t = np.nextafter(g, np.float32(np.inf))
+    elif kind == "1e-7":
+        t = (g.astype(np.float64) * (1 + 1e-7)).astype(np.float32)
+    else:
+        t = g.copy()
+        t[12_345] = np.nextafter(t[12_345], np.float32(np.inf))
+    m = check(g, t)
+    assert 0.0 <= 1.0 - m[M.COSINE] < 1e-12 and m[M.DIFF_COUNT] > 0
+
+
+def test_bitwise_equal_is_exact():
+    rng = rng_of(4)
+    g = rng.standard_normal(10_000).astype(np.float32)
+    m = tensor_metrics(g, g.copy())
+    assert m[M.COSINE] == 1.0 and m[M.KL_DIV] == 0.0 and m[M.MAX_ABS_ERR] == 0.0 and m[M.RMSE] == 0.0
+    assert m[M.MEAN_REL_ERR] == 0.0 and m[M.ONE_THOUSANDTH] == 1.0
+
+
+def test_sparse():
+    """99 % zeros: whole zero blocks and scattered values."""
+    rng = rng_of(5)
+    g = np.zeros(40_000, np.float32)
+    idx = rng.choice(g.size, 400, replace=False)
+    g[idx] = rng.standard_normal(idx.size)
+    t = g.copy()
+    t[idx[::2]] *= np.float32(1.01)
+    check(g, t)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-20, 1e20, 1e30])
+def test_magnitudes_float32_cannot_square_fall_back_to_float64(scale):
+    """Squares under- or overflowing float32: the block goes the float64 way, as a float64 input does
+    (the same sums in another block order: 1e-12)."""
+    rng = rng_of(6)
+    g = (rng.standard_normal(5000) * scale).astype(np.float32)
+    t = (g * (1 + 1e-3 * rng.standard_normal(g.size))).astype(np.float32)
+    m = check(g, t, rtol=1e-12)
+    assert m[M.RMSE] > 0.0 and m[M.COSINE] < 1.0
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-10])
+def test_tiny_differences_fall_back_to_float64(scale):
+    """Values 1 ulp apart whose differences are all below 2^-52 (values ~1e-10), or whose values are below
+    2^-40 too (~1e-30): sum (t - g)^2 would underflow in float32."""
+    g = np.linspace(1, 2, 3000, dtype=np.float32) * np.float32(scale)
+    t = g.copy()
+    t[::3] = np.nextafter(g[::3], np.float32(np.inf))
+    m = check(g, t, rtol=1e-9)  # float64's own rounding of 1 - cos ~1e-13 (block order differs)
+    assert m[M.RMSE] > 0.0
+
+
+def test_ulp_differences_of_small_values_stay_float32():
+    """Gradient-like values ~1e-6, 1 ulp apart (differences ~1e-13, above 2^-52): the float32 way, within
+    its tolerance."""
+    rng = rng_of(12)
+    g = (rng.standard_normal(20_000) * 1e-6).astype(np.float32)
+    t = g.copy()
+    t[::7] = np.nextafter(g[::7], np.float32(np.inf))
+    check(g, t)
+
+
+def test_block_status_refuses_what_float32_cannot_hold():
+    """_chunk32: 1 for an ordinary block, -1 with nan, -2 with squares out of float32's range."""
+    rng = rng_of(7)
+    g = rng.standard_normal(K.BLOCK32).astype(np.float32)
+    p = np.zeros(K.N_PARAM)
+    p[K.P_GMIN], p[K.P_GINV] = float(g.min()), 1.0 / (float(g.max()) - float(g.min()))
+    p[K.P_TMIN], p[K.P_TINV] = p[K.P_GMIN], p[K.P_GINV]
+    o = np.zeros(K.N_ACC)
+
+    def status(gg: np.ndarray, tt: np.ndarray) -> int:
+        acc, cnt = K.new_state()
+        return K._chunk32(gg, tt, p, acc, cnt, o, 0, True)
+
+    assert status(g, (g * np.float32(1.0001)).astype(np.float32)) == 1
+    t = g.copy()
+    t[5] = np.nan
+    assert status(g, t) == -1
+    assert status(g * np.float32(1e20), g * np.float32(1e20)) == -2
+    assert status(g * np.float32(1e-25), g * np.float32(1e-25)) == -2
+    small = g * np.float32(1e-10)
+    assert status(small, np.nextafter(small, np.float32(np.inf))) == -2  # differences ~1e-16 < 2^-52
+    small = g * np.float32(1e-6)
+    assert status(small, np.nextafter(small, np.float32(np.inf))) == 1  # ~1e-13: float32 holds them
+
+
+def test_nan_inf_mixes():
+    rng = rng_of(8)
+    g = rng.standard_normal(20_000).astype(np.float32)
+    t = (g * (1 + 1e-3 * rng.standard_normal(g.size))).astype(np.float32)
+    for arr, vals in ((g, (np.nan, np.inf)), (t, (np.nan, -np.inf))):
+        idx = rng.choice(g.size, 30, replace=False)
+        arr[idx] = rng.choice(vals, idx.size)
+    t[100], g[100] = np.inf, np.inf  # the same inf on both sides: no mismatch
+    check(g, t)
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16])
+def test_low_precision_roundings_of_float32(dtype):
+    """fp32 against its bf16 / fp16 rounding, and a GELU-like output (flat minimum: the general KL path)."""
+    rng = rng_of(9)
+    x = rng.standard_normal(20_000).astype(np.float32)
+    gelu = (x * 0.5 * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))).astype(np.float32)
+    for g in (x, gelu):
+        check(g, g.astype(dtype).astype(np.float32))
+        check(g, g.astype(dtype))
+
+
+def test_far_apart_general_kl_path():
+    """Independent tensors: every block's KL by the exponent split."""
+    rng = rng_of(10)
+    check(rng.standard_normal(20_000).astype(np.float32), rng.standard_normal(20_000).astype(np.float32))
+
+
+def test_long_tensor_2_24():
+    """2^24 elements (16,384 blocks): the float64 totals keep the per-block rounding from adding up."""
+    rng = rng_of(11)
+    g = (rng.standard_normal(1 << 24, dtype=np.float32) * 3 + 1).astype(np.float32)
+    t = (g + g * np.float32(1e-3) * rng.standard_normal(g.size, dtype=np.float32)).astype(np.float32)
+    check(g, t)
+
+
+@pytest.mark.parametrize("kind", ["power", "exp", "scaled noise"])
+def test_kl_of_sides_far_apart_in_value(kind):
+    """Sides whose normalized values differ by 10-40 % (t = g^0.6, exp(0.6 g), g (1 - 0.4 u)): a - b from the
+    rounded a, b there (the t - g form would cancel), ratios beyond sqrt2 by the exponent split: KL to 1e-6."""
+    rng = rng_of(13)
+    g = rng.uniform(0.01, 1, 50_000).astype(np.float32)
+    t = {"power": g ** 0.6, "exp": np.exp(0.6 * g), "scaled noise": g * (1 - 0.4 * rng.uniform(0, 1, g.size))}[kind]
+    m = check(g, t.astype(np.float32))
+    assert m[M.KL_DIV] > 1e-3
