@@ -13,6 +13,7 @@ from opdiff.metrics import names as M
 from opdiff.metrics.tensor import tensor_metrics
 
 RTOL = 1e-6
+COS_ABS = 1e-7  # cosine's absolute tolerance, whatever the sides (docs/metrics.md)
 EXACT = (M.MAX_ABS_ERR, M.NORM_MAX_ABS_ERR, M.WORST_INDEX, M.WORST_GOLDEN,
          M.WORST_TARGET, M.DIFF_COUNT, M.COMPARED, M.GOLDEN_NAN, M.TARGET_NAN, M.GOLDEN_POSINF, M.TARGET_NEGINF,
          M.NONFINITE_MISMATCH)
@@ -33,7 +34,7 @@ def check(g: np.ndarray, t: np.ndarray, rtol: float = RTOL) -> dict:
         assert m[k] == pytest.approx(r[k], rel=rtol, abs=1e-300), k
     for k, s in ((M.GOLDEN_MEAN, M.GOLDEN_STD), (M.TARGET_MEAN, M.TARGET_STD)):
         assert m[k] == pytest.approx(r[k], rel=rtol, abs=rtol * r[s] + 1e-300), k
-    assert 1.0 - m[M.COSINE] == pytest.approx(1.0 - r[M.COSINE], rel=rtol, abs=10 * rtol * red2 + 1e-300)
+    assert 1.0 - m[M.COSINE] == pytest.approx(1.0 - r[M.COSINE], rel=rtol, abs=min(10 * rtol * red2, COS_ABS) + 1e-300)
     assert m[M.KL_DIV] == pytest.approx(r[M.KL_DIV], rel=rtol, abs=rtol * red2 + 1e-300)
     for k in (M.ONE_THOUSANDTH, M.FIVE_THOUSANDTH):
         assert m[k] == pytest.approx(r[k], abs=1e-6), k
@@ -198,3 +199,19 @@ def test_kl_of_sides_far_apart_in_value(kind):
     t = {"power": g ** 0.6, "exp": np.exp(0.6 * g), "scaled noise": g * (1 - 0.4 * rng.uniform(0, 1, g.size))}[kind]
     m = check(g, t.astype(np.float32))
     assert m[M.KL_DIV] > 1e-3
+
+
+@pytest.mark.parametrize("c", [2.0, 8.0, 1e3, 1e5, 1e-3, -4.0])
+@pytest.mark.parametrize("independent", [False, True])
+def test_cosine_of_sides_whose_norms_differ(c, independent):
+    """Target a rescaled golden, or another tensor, with a norm up to 1e5 times golden's: the cosine from
+    differences would lose c/2 float32 roundings (1.5e-5 at c = 1e4, independent sides); far sides take the dot
+    product, within COS_ABS of the exact cosine."""
+    rng = np.random.default_rng(11)
+    g = rng.standard_normal(50_000).astype(np.float32)
+    base = rng.standard_normal(g.size).astype(np.float32) if independent else g
+    t = (base * np.float32(c)).astype(np.float32)
+    m = check(g, t)
+    gl, tl = g.astype(np.longdouble), t.astype(np.longdouble)
+    exact = float(np.sum(gl * tl) / np.sqrt(np.sum(gl * gl) * np.sum(tl * tl)))
+    assert abs(m[M.COSINE] - exact) <= COS_ABS

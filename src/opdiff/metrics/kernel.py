@@ -562,8 +562,8 @@ TINY_D_BITS: int = int(np.float32(2.0 ** -52).view(np.int32))
 
 # float32 block result slots (o32), beside the float64 accumulator layout of kernel.py
 B_AD, B_D2, B_G2, B_T2, B_DP, B_GC, B_TC, B_GC2, B_TC2, B_REL, B_C1, B_C5, B_ACC = range(13)
-B_SA, B_SD, B_BR = 13, 14, 15
-N_B = 16
+B_SA, B_SD, B_BR, B_GT = 13, 14, 15, 16
+N_B = 17
 
 
 @nb.njit(inline="always", fastmath=True)
@@ -583,7 +583,7 @@ def sums32(g: Chunk, t: Chunk, kg: np.float32, kt: np.float32, o: F64) -> tuple[
     """The sums of one float32 block into o (B_* slots, as float64): shifted by the block's own kg, kt.
     Returns (nan/inf seen, elements that differ, max |t - g|, max r, max r over |g| > eps, max |g|,
     max |t|), maxima as int32 bits of non-negative float32s (integer max reductions vectorize)."""
-    s_ad = s_d2 = s_g2 = s_t2 = s_dp = Z
+    s_ad = s_d2 = s_g2 = s_t2 = s_dp = s_gt = Z
     s_gc = s_tc = s_gc2 = s_tc2 = Z
     s_rel = c1 = c5 = s_acc = nd = bad = Z
     m_ad = m_rel = m_acc = m_g = m_t = I0
@@ -599,6 +599,7 @@ def sums32(g: Chunk, t: Chunk, kg: np.float32, kt: np.float32, o: F64) -> tuple[
         s_d2 += d * d
         s_g2 += gr * gr
         s_t2 += tr * tr
+        s_gt += gr * tr
         s_dp += d * (gr + tr)
         gc = gr - kg
         tc = tr - kt
@@ -625,6 +626,7 @@ def sums32(g: Chunk, t: Chunk, kg: np.float32, kt: np.float32, o: F64) -> tuple[
     o[B_G2] = s_g2
     o[B_T2] = s_t2
     o[B_DP] = s_dp
+    o[B_GT] = s_gt
     o[B_GC] = s_gc
     o[B_TC] = s_tc
     o[B_GC2] = s_gc2
@@ -793,12 +795,12 @@ def _shift32(k: float, first: np.float32) -> np.float32:
 @_jit
 def _fold32(o: F64, p: F64, acc: F64, n: int, kg: float, kt: float) -> None:
     """Add a float32 block's sums (o, the B_* slots) into the float64 accumulators; the block's own
-    shifts kg, kt (the pair's rounded to float32) moved to the pair's (p) exactly in float64, A_SUM_GT and B = A - D derived."""
+    shifts kg, kt (the pair's rounded to float32) moved to the pair's (p) exactly in float64, B = A - D derived."""
     acc[A_SUM_AD] += o[B_AD]
     acc[A_SUM_D2] += o[B_D2]
     acc[A_SUM_G2] += o[B_G2]
     acc[A_SUM_T2] += o[B_T2]
-    acc[A_SUM_GT] += 0.5 * (o[B_G2] + o[B_T2] - o[B_D2])
+    acc[A_SUM_GT] += o[B_GT]
     acc[A_SUM_DP] += o[B_DP]
     dg = kg - p[P_GSHIFT]
     dt = kt - p[P_TSHIFT]

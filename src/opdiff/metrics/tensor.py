@@ -343,8 +343,12 @@ def _mean_std(s_c: float, s_c2: float, shift: float, n: int) -> tuple[float, flo
 
 
 def _cos(a: list[float], ng: float, nt: float) -> float:
-    """Cosine similarity from |t - g|^2 = D and sum (t - g)(t + g) = P: 1 - cos = (D - P^2/(|g| + |t|)^2)/(2|g||t|),
-    no rounded dot product, so 1 - cos keeps the precision of the differences (near-identical tensors)."""
+    """Cosine similarity. Close sides (D = |t - g|^2 <= |g||t|): from D and P = sum (t - g)(t + g),
+    1 - cos = (D - P^2/(|g| + |t|)^2)/(2|g||t|), no rounded dot product, so 1 - cos keeps the precision of the
+    differences (near-identical tensors); its rounding grows with D/(|g||t|), so sides further apart take the
+    dot product, whose rounding is a fixed fraction of |g||t| (docs/metrics.md, "Precision")."""
+    if a[K.A_SUM_D2] > ng * nt:
+        return min(1.0, max(-1.0, a[K.A_SUM_GT] / (ng * nt)))
     q = a[K.A_SUM_DP] / (ng + nt)
     return min(1.0, max(-1.0, 1.0 - (a[K.A_SUM_D2] - q * q) / (2.0 * ng * nt)))
 
@@ -496,7 +500,8 @@ def finalize_table(acc: np.ndarray, cnt: np.ndarray, numel: list[int], absmax: l
     with np.errstate(all="ignore"):
         ng, nt = np.sqrt(g2), np.sqrt(t2)
         q = acc[:, K.A_SUM_DP] / (ng + nt)
-        raw_cos = 1.0 - (acc[:, K.A_SUM_D2] - q * q) / (2.0 * ng * nt)  # _cos, column by column
+        d2, gt = acc[:, K.A_SUM_D2], ng * nt
+        raw_cos = np.where(d2 > gt, acc[:, K.A_SUM_GT] / gt, 1.0 - (d2 - q * q) / (2.0 * gt))  # _cos, by columns
     plain = (finite == n_all) & (cnt[:, K.C_MISMATCH] == 0) & (g2 > 0.0) & (t2 > 0.0) & np.isfinite(raw_cos) \
         & (n_all > 0)
     out: list[Metrics | None] = [None] * len(numel)
