@@ -215,3 +215,21 @@ def test_cosine_of_sides_whose_norms_differ(c, independent):
     gl, tl = g.astype(np.longdouble), t.astype(np.longdouble)
     exact = float(np.sum(gl * tl) / np.sqrt(np.sum(gl * gl) * np.sum(tl * tl)))
     assert abs(m[M.COSINE] - exact) <= COS_ABS
+
+
+@pytest.mark.parametrize("z", [5.0, 40.0, -300.0])
+@pytest.mark.parametrize("n", [4096, 100_000])
+def test_std_where_the_first_element_is_far_from_the_mean(z, n):
+    """The class kernel_audit found on real gradients (gpt2's wpe gradient: its first element 5 std from
+    the mean): the mean/std sums were shifted by the first element, and var = sum (x - k)^2/n - (mean - k)^2
+    cancelled by 1 + z^2 in float32 (std 6e-6 off); the shift is now the data's mean, std within 1e-6."""
+    rng = np.random.default_rng(int(abs(z)) + n)
+    g = rng.normal(2e-4, 5e-4, n).astype(np.float32)
+    g[0] = np.float32(2e-4 + z * 5e-4)
+    t = (g + rng.normal(0, 1e-6, n)).astype(np.float32)
+    t[0] = g[0]
+    check(g, t)
+    m = tensor_metrics(g, t)
+    for k, x in ((M.GOLDEN_STD, g), (M.TARGET_STD, t)):
+        ref = float(np.std(x.astype(np.longdouble)))
+        assert m[k] == pytest.approx(ref, rel=1e-6), k

@@ -239,8 +239,8 @@ def _params_of(x: np.ndarray) -> tuple[np.ndarray, list[float | None]]:
 
 
 def _finite_range(x: np.ndarray) -> Range:
-    lo, hi, first, found = K.finite_range(x)
-    return (lo, hi, first) if found else (None, None, 0.0)
+    lo, hi, mean, found = K.finite_range(x)
+    return (lo, hi, mean) if found else (None, None, 0.0)
 
 
 def _upcast(raw: np.ndarray, kd: np.dtype) -> np.ndarray:

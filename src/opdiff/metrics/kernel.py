@@ -501,22 +501,23 @@ def half_to_float(src: npt.NDArray[np.uint16], dst: npt.NDArray[np.float32]) -> 
 
 @_jit
 def finite_range(x: Chunk) -> tuple[float, float, float, bool]:
-    """(min, max, first finite value, any finite) of a chunk over its finite elements."""
+    """(min, max, mean, any finite) of a chunk over its finite elements. The mean is the shift of the
+    mean/std sums: a shift k several std from the mean makes var = sum (x - k)^2/n - (mean - k)^2 cancel by
+    1 + ((mean - k)/std)^2, which float32 blocks cannot afford (the first element of a gradient: 5 std)."""
     lo = np.inf
     hi = -np.inf
-    first = 0.0
-    found = False
+    s = 0.0
+    n = 0
     for i in range(x.size):
         v = np.float64(x[i])
         if math.isfinite(v):
-            if not found:
-                first = v
-                found = True
+            s += v
+            n += 1
             if v < lo:
                 lo = v
             if v > hi:
                 hi = v
-    return lo, hi, first, found
+    return lo, hi, (s / n if n else 0.0), n > 0
 
 
 # ---------------------------------------------------------------------------------------------------------------

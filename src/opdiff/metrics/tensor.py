@@ -250,15 +250,15 @@ def finite_range(src: TensorSource, ws: Workspace) -> tuple[float | None, float 
     """(min, max) over the finite elements (None when there are none) and a shift near the data."""
     kd = kernel_dtype(src.dtype, src.dtype)
     rd = _Reader(src, ws, "range", kd, verify=False)
-    lo, hi, first, found = math.inf, -math.inf, 0.0, False
+    lo, hi, s, w = math.inf, -math.inf, 0.0, 0
     for start in range(0, src.numel, ws.chunk):
-        c_lo, c_hi, c_first, c_found = K.finite_range(rd.read(start, min(ws.chunk, src.numel - start)))
-        if c_found:
-            if not found:
-                first, found = c_first, True
+        count = min(ws.chunk, src.numel - start)
+        c_lo, c_hi, c_mean, c_found = K.finite_range(rd.read(start, count))
+        if c_found:  # the shift: the chunks' means weighted by their sizes, near the mean (docs/metrics.md)
+            s, w = s + c_mean * count, w + count
             lo, hi = min(lo, c_lo), max(hi, c_hi)
     rd.release()
-    return (lo, hi, first) if found else (None, None, 0.0)
+    return (lo, hi, s / w) if w else (None, None, 0.0)
 
 
 def _kl_norm(lo: float | None, hi: float | None) -> tuple[float, float]:
