@@ -560,6 +560,7 @@ BIG_BITS: int = int(np.float32(2.0 ** 58).view(np.int32))  # |x| <= 2^58: 1,024 
 # sum (t - g)^2 that underflow (< 2^-150 each) stay below 2^-36 of it
 TINY_BITS: int = int(np.float32(2.0 ** -40).view(np.int32))
 TINY_D_BITS: int = int(np.float32(2.0 ** -52).view(np.int32))
+TINY32 = np.float32(2.0 ** -40)  # a shift below this is taken as 0 (_shift32)
 
 # float32 block result slots (o32), beside the float64 accumulator layout of kernel.py
 B_AD, B_D2, B_G2, B_T2, B_DP, B_GC, B_TC, B_GC2, B_TC2, B_REL, B_C1, B_C5, B_ACC = range(13)
@@ -788,9 +789,13 @@ def _chunk32(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int, 
 @_jit
 def _shift32(k: float, first: np.float32) -> np.float32:
     """The pair's shift k rounded to float32 (the block's sums around it; the rounding moved back exactly in
-    float64 by _fold32), or the block's first element when k is not a finite float32."""
+    float64 by _fold32), or the block's first element when k is not a finite float32. A shift below 2^-40
+    is 0: (x - k)^2 of a block of zeros would underflow float32 (subnormal, or flushed by fastmath), while the
+    squares of x itself are guarded by TINY_BITS; the shift then moves back in float64 (k^2 holds there)."""
     k32 = np.float32(k)
-    return k32 if math.isfinite(k32) else first
+    if not math.isfinite(k32):
+        return first
+    return k32 if abs(k32) >= TINY32 else Z
 
 
 @_jit
