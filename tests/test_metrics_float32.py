@@ -246,3 +246,43 @@ def test_blocks_of_zeros_beside_a_tiny_mean(scale):
     t = g.copy()
     t[:768] = (g[:768] * (1 + rng.normal(0, 1e-3, 768))).astype(np.float32)
     check(g, t)
+
+
+CONSTANT_PAIRS = [(0.0, 1.0, 1), (2.31, 2.35, 3000), (1e-3, 7.0, 5), (-4.0, 3.0, 1), (0.5, 0.5000001, 2048)]
+
+
+@pytest.mark.parametrize("ranged", [False, True])
+def test_kl_of_constant_sides_is_zero(ranged):
+    """Seen on a real pair (bart, aten.eq output: a float32 0 against a bool True): KL came out -5.5e-7, not 0.
+    Two constant sides have p = q (both uniform), KL exactly 0; the float32 terms a log(a/b) against
+    finalize's float64 log(A/B) left about 6e-8 |log(t/g)| of either sign. Both ways: one pair, and a batch
+    (with and without the records' ranges)."""
+    from opdiff.metrics.batch import PairItem, batch_metrics
+    from opdiff.metrics.tensor import TensorSource, Workspace
+
+    arrays = [(np.full(n, g, np.float32), np.full(n, t, np.float32)) for g, t, n in CONSTANT_PAIRS]
+    varied = (np.linspace(-1, 1, 64, dtype=np.float32), np.linspace(-1, 1, 64, dtype=np.float32) ** 3)
+    for g, t in arrays:
+        assert tensor_metrics(g, t)[M.KL_DIV] == 0.0
+    rng = (lambda x: (float(x.min()), float(x.max()), float(x.mean()))) if ranged else (lambda x: None)
+    items = [PairItem(TensorSource.of(g), TensorSource.of(t), rng(g), rng(t)) for g, t in [*arrays, varied]]
+    with Workspace() as ws:
+        got = batch_metrics(items, ws)
+    assert [m[M.KL_DIV] for m in got[:-1]] == [0.0] * len(arrays)
+    assert got[-1][M.KL_DIV] > 1e-4  # a side that varies keeps its KL
+
+
+@pytest.mark.parametrize("n,k", [(4096, 1), (4096, 8), (100_000, 3), (1024, 1)])
+@pytest.mark.parametrize("swap", [False, True])
+def test_kl_of_sides_whose_masses_differ(n, k, swap):
+    """A one-hot side against a spread one (labels, masks, argmax outputs): the normalized sums A and B differ
+    by 1,000x. B = A - D missed every floored b (the float32 a - b rounds it away: KL 1.2e-5 off), and where
+    A << B the Bregman terms (about b each) cancelled in S (1.3e-5 off); such blocks now sum B and a log(a/b)
+    directly. Also: constant sides -4 vs 3 gave B = 0 (ZeroDivisionError)."""
+    rng = np.random.default_rng(n + k)
+    g = np.zeros(n, np.float32)
+    g[rng.choice(n, k, replace=False)] = 1.0
+    t = rng.random(n).astype(np.float32)
+    g, t = (t, g) if swap else (g, t)
+    check(g, t)
+    assert tensor_metrics(np.full(3, -4.0, np.float32), np.full(3, 3.0, np.float32))[M.KL_DIV] == 0.0
