@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 U22 = 2.0 ** -22
+U53 = 2.0 ** -53
+EPS64 = 2.0 ** -52
 EXACT = ("MaxAbsErr", "NormalizedMaxAbsErr", "WorstIndex", "WorstGolden", "WorstTarget", "GoldenAbsMax", "Numel",
          "Compared", "DiffCount", "GoldenNaN", "GoldenPosInf", "GoldenNegInf", "TargetNaN", "TargetPosInf",
          "TargetNegInf", "NonFiniteMismatch")
@@ -70,10 +72,11 @@ def pair_units(old: dict[str, Any], new: dict[str, Any]) -> dict[str, float]:
     d = _diff(cos, new.get("Cosine"))
     out["Cosine"] = _units(d, 1e-7)
     if isinstance(cos, (int, float)) and red2 <= 1.0:  # close sides: 1 - cos to 1e-6 rel or 1e-5 RED^2
-        out["Cosine (1-cos, close)"] = _units(d, max(1e-6 * (1.0 - cos), 1e-5 * red2))
+        # floor: cos is a float64 near 1, spaced 2^-53 below it (either tree rounds 1 - cos to that quantum)
+        out["Cosine (1-cos, close)"] = _units(d, max(1e-6 * (1.0 - cos), 1e-5 * red2, 4 * U53))
     kl = old.get("KullbackLeiblerDivergence")
-    out["KullbackLeiblerDivergence"] = _units(_diff(kl, new.get("KullbackLeiblerDivergence")),
-                                              max(1e-6 * abs(kl), 1e-6 * red2) if isinstance(kl, (int, float)) else 0.0)
+    kl_tol = max(1e-6 * abs(kl), 1e-6 * red2, EPS64) if isinstance(kl, (int, float)) else 0.0  # |KL| < eps64: 0
+    out["KullbackLeiblerDivergence"] = _units(_diff(kl, new.get("KullbackLeiblerDivergence")), kl_tol)
     n = old.get("Compared") or 0
     for k in RATIOS:  # elements that changed side: may only be those within 2.4e-7 of the bound (not checked here)
         d = _diff(old.get(k), new.get(k))
