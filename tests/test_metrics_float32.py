@@ -215,3 +215,74 @@ def test_cosine_of_sides_whose_norms_differ(c, independent):
     gl, tl = g.astype(np.longdouble), t.astype(np.longdouble)
     exact = float(np.sum(gl * tl) / np.sqrt(np.sum(gl * gl) * np.sum(tl * tl)))
     assert abs(m[M.COSINE] - exact) <= COS_ABS
+
+
+@pytest.mark.parametrize("z", [5.0, 40.0, -300.0])
+@pytest.mark.parametrize("n", [4096, 100_000])
+def test_std_where_the_first_element_is_far_from_the_mean(z, n):
+    """The class kernel_audit found on real gradients (gpt2's wpe gradient: its first element 5 std from
+    the mean): the mean/std sums were shifted by the first element, and var = sum (x - k)^2/n - (mean - k)^2
+    cancelled by 1 + z^2 in float32 (std 6e-6 off); the shift is now the data's mean, std within 1e-6."""
+    rng = np.random.default_rng(int(abs(z)) + n)
+    g = rng.normal(2e-4, 5e-4, n).astype(np.float32)
+    g[0] = np.float32(2e-4 + z * 5e-4)
+    t = (g + rng.normal(0, 1e-6, n)).astype(np.float32)
+    t[0] = g[0]
+    check(g, t)
+    m = tensor_metrics(g, t)
+    for k, x in ((M.GOLDEN_STD, g), (M.TARGET_STD, t)):
+        ref = float(np.std(x.astype(np.longdouble)))
+        assert m[k] == pytest.approx(ref, rel=1e-6), k
+
+
+@pytest.mark.parametrize("scale", [1e-22, 1e-25, -1e-33])
+def test_blocks_of_zeros_beside_a_tiny_mean(scale):
+    """Optimizer states on real dumps (Adam's exp_avg_sq of unused embedding rows: one block of values near
+    1e-19, the rest zeros): the blocks of zeros took the float32 path and squared (0 - mean)^2 ~ 1e-42,
+    subnormal in float32 (std 2.4e-6 off there, 5 % at 1e-25). A shift below 2^-40 is now 0 in float32 blocks."""
+    rng = np.random.default_rng(7)
+    g = np.zeros(4096, np.float32)
+    g[:768] = (np.abs(rng.standard_normal(768)) * scale * 50).astype(np.float32)
+    t = g.copy()
+    t[:768] = (g[:768] * (1 + rng.normal(0, 1e-3, 768))).astype(np.float32)
+    check(g, t)
+
+
+CONSTANT_PAIRS = [(0.0, 1.0, 1), (2.31, 2.35, 3000), (1e-3, 7.0, 5), (-4.0, 3.0, 1), (0.5, 0.5000001, 2048)]
+
+
+@pytest.mark.parametrize("ranged", [False, True])
+def test_kl_of_constant_sides_is_zero(ranged):
+    """Seen on a real pair (bart, aten.eq output: a float32 0 against a bool True): KL came out -5.5e-7, not 0.
+    Two constant sides have p = q (both uniform), KL exactly 0; the float32 terms a log(a/b) against
+    finalize's float64 log(A/B) left about 6e-8 |log(t/g)| of either sign. Both ways: one pair, and a batch
+    (with and without the records' ranges)."""
+    from opdiff.metrics.batch import PairItem, batch_metrics
+    from opdiff.metrics.tensor import TensorSource, Workspace
+
+    arrays = [(np.full(n, g, np.float32), np.full(n, t, np.float32)) for g, t, n in CONSTANT_PAIRS]
+    varied = (np.linspace(-1, 1, 64, dtype=np.float32), np.linspace(-1, 1, 64, dtype=np.float32) ** 3)
+    for g, t in arrays:
+        assert tensor_metrics(g, t)[M.KL_DIV] == 0.0
+    rng = (lambda x: (float(x.min()), float(x.max()), float(x.mean()))) if ranged else (lambda x: None)
+    items = [PairItem(TensorSource.of(g), TensorSource.of(t), rng(g), rng(t)) for g, t in [*arrays, varied]]
+    with Workspace() as ws:
+        got = batch_metrics(items, ws)
+    assert [m[M.KL_DIV] for m in got[:-1]] == [0.0] * len(arrays)
+    assert got[-1][M.KL_DIV] > 1e-4  # a side that varies keeps its KL
+
+
+@pytest.mark.parametrize("n,k", [(4096, 1), (4096, 8), (100_000, 3), (1024, 1)])
+@pytest.mark.parametrize("swap", [False, True])
+def test_kl_of_sides_whose_masses_differ(n, k, swap):
+    """A one-hot side against a spread one (labels, masks, argmax outputs): the normalized sums A and B differ
+    by 1,000x. B = A - D missed every floored b (the float32 a - b rounds it away: KL 1.2e-5 off), and where
+    A << B the Bregman terms (about b each) cancelled in S (1.3e-5 off); such blocks now sum B and a log(a/b)
+    directly. Also: constant sides -4 vs 3 gave B = 0 (ZeroDivisionError)."""
+    rng = np.random.default_rng(n + k)
+    g = np.zeros(n, np.float32)
+    g[rng.choice(n, k, replace=False)] = 1.0
+    t = rng.random(n).astype(np.float32)
+    g, t = (t, g) if swap else (g, t)
+    check(g, t)
+    assert tensor_metrics(np.full(3, -4.0, np.float32), np.full(3, 3.0, np.float32))[M.KL_DIV] == 0.0

@@ -217,7 +217,9 @@ def _range(rec: Record) -> tuple[float | None, float | None, float] | None:
     s = rec.stats
     if s is None or (s.min is None and rec.numel and not (s.nan or s.posinf or s.neginf)):
         return None
-    return s.min, s.max, s.mean if s.mean is not None else 0.0
+    if s.mean is None:  # the shift of the mean/std sums must be near the data: found from it (docs/metrics.md)
+        return None
+    return s.min, s.max, s.mean
 
 
 def _result(pair: Pair, status: PairStatus, mode: str, metrics: Metrics | None = None, result: PairVerdict = NA,

@@ -28,6 +28,7 @@ from ..base.pair import Metrics
 from ..store.format import numpy_dtype
 from ..store.stats import content_hasher
 from . import kernel as K
+from . import names as M
 from .tensor import (
     F16,
     F32,
@@ -36,8 +37,10 @@ from .tensor import (
     TensorSource,
     Workspace,
     _kl_norm,
+    constant_sides,
     finalize_table,
     kernel_dtype,
+    kl_of_constant_sides,
     na_metrics,
 )
 
@@ -170,7 +173,7 @@ def _fold_group(gold: Side, targ: Side, ks: list[int], g_data: list[np.ndarray |
     t_all = _upcast(np.concatenate(t_data if every else [t_data[k] for k in ks]), kd)  # type: ignore[arg-type]
     offsets = np.zeros(len(ks) + 1, dtype=np.int64)
     np.cumsum(numels if every else [numels[k] for k in ks], out=offsets[1:])
-    params, absmax, shifts = _group_params(gold, targ, ks, g_all, t_all, offsets)
+    params, absmax, shifts, const = _group_params(gold, targ, ks, g_all, t_all, offsets)
     acc = np.zeros((len(ks), K.N_ACC), dtype=np.float64)
     cnt = np.zeros((len(ks), K.N_CNT), dtype=np.int64)
     cnt[:, K.C_FIRST_MISMATCH] = -1
@@ -178,6 +181,7 @@ def _fold_group(gold: Side, targ: Side, ks: list[int], g_data: list[np.ndarray |
     K.fold_segments(g_all, t_all, offsets, params, acc, cnt, np.zeros(K.N_ACC, dtype=np.float64))
     numel = np.diff(offsets).tolist()
     metrics, rows, cols = finalize_table(acc, cnt, numel, absmax, shifts)
+    _kl_of_constant(const, metrics, rows, cols)
     out = table.metrics
     if every:
         out[:] = metrics
@@ -196,21 +200,36 @@ def _fold_group(gold: Side, targ: Side, ks: list[int], g_data: list[np.ndarray |
 
 
 def _group_params(gold: Side, targ: Side, ks: list[int], g_all: np.ndarray, t_all: np.ndarray, offsets: np.ndarray
-                  ) -> tuple[np.ndarray, list[float | None], list[tuple[float, float]]]:
-    """The kernel's parameter rows, golden's absolute maxima and both shifts of the pairs `ks`: from the float
-    columns of both sides' ranges when they have them (_params' column way), else from each pair's range (found
-    from its data where the record gives none)."""
+                  ) -> tuple[np.ndarray, list[float | None], list[tuple[float, float]], np.ndarray]:
+    """The kernel's parameter rows, golden's absolute maxima, both shifts of the pairs `ks` and which pairs have
+    both sides constant: from the float columns of both sides' ranges when they have them (_params' column way),
+    else from each pair's range (found from its data where the record gives none)."""
     if gold.floats is not None and targ.floats is not None:
         at = np.array(ks, dtype=np.int64)
         x = np.stack([np.array(c, dtype=np.float64)[at] for c in (*gold.floats, *targ.floats)], axis=1)
         if np.isfinite(x).all():
             g_sh, t_sh = x[:, 2].tolist(), x[:, 5].tolist()
-            return (*_params_of(x), list(zip(g_sh, t_sh)))
+            const = (x[:, 0] == x[:, 1]) & (x[:, 3] == x[:, 4])
+            return (*_params_of(x), list(zip(g_sh, t_sh)), const)
     bounds = offsets.tolist()
     g_rngs = [gold.range(k) or _finite_range(g_all[bounds[j]:bounds[j + 1]]) for j, k in enumerate(ks)]
     t_rngs = [targ.range(k) or _finite_range(t_all[bounds[j]:bounds[j + 1]]) for j, k in enumerate(ks)]
     params, absmax = _params(g_rngs, t_rngs)
-    return params, absmax, [(g[2], t[2]) for g, t in zip(g_rngs, t_rngs)]
+    const = np.array([constant_sides(g[0], g[1], t[0], t[1]) for g, t in zip(g_rngs, t_rngs)], dtype=bool)
+    return params, absmax, [(g[2], t[2]) for g, t in zip(g_rngs, t_rngs)], const
+
+
+def _kl_of_constant(const: np.ndarray, metrics: list[Metrics], rows: np.ndarray, cols: dict[str, np.ndarray]) -> None:
+    """KL 0 for the pairs whose sides are both constant (tensor.kl_of_constant_sides), in the dicts and in the
+    plain rows' KL column alike."""
+    if not const.any():
+        return
+    kl = cols.get(M.KL_DIV)
+    pos = {int(r): i for i, r in enumerate(rows.tolist())}
+    for j in np.flatnonzero(const).tolist():
+        kl_of_constant_sides(metrics[j])
+        if kl is not None and j in pos and not np.isnan(kl[pos[j]]):
+            kl[pos[j]] = 0.0
 
 
 def _params(g_rngs: list[Range], t_rngs: list[Range]) -> tuple[np.ndarray, list[float | None]]:
@@ -239,8 +258,8 @@ def _params_of(x: np.ndarray) -> tuple[np.ndarray, list[float | None]]:
 
 
 def _finite_range(x: np.ndarray) -> Range:
-    lo, hi, first, found = K.finite_range(x)
-    return (lo, hi, first) if found else (None, None, 0.0)
+    lo, hi, mean, found = K.finite_range(x)
+    return (lo, hi, mean) if found else (None, None, 0.0)
 
 
 def _upcast(raw: np.ndarray, kd: np.dtype) -> np.ndarray:

@@ -501,22 +501,23 @@ def half_to_float(src: npt.NDArray[np.uint16], dst: npt.NDArray[np.float32]) -> 
 
 @_jit
 def finite_range(x: Chunk) -> tuple[float, float, float, bool]:
-    """(min, max, first finite value, any finite) of a chunk over its finite elements."""
+    """(min, max, mean, any finite) of a chunk over its finite elements. The mean is the shift of the
+    mean/std sums: a shift k several std from the mean makes var = sum (x - k)^2/n - (mean - k)^2 cancel by
+    1 + ((mean - k)/std)^2, which float32 blocks cannot afford (the first element of a gradient: 5 std)."""
     lo = np.inf
     hi = -np.inf
-    first = 0.0
-    found = False
+    s = 0.0
+    n = 0
     for i in range(x.size):
         v = np.float64(x[i])
         if math.isfinite(v):
-            if not found:
-                first = v
-                found = True
+            s += v
+            n += 1
             if v < lo:
                 lo = v
             if v > hi:
                 hi = v
-    return lo, hi, first, found
+    return lo, hi, (s / n if n else 0.0), n > 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -559,11 +560,13 @@ BIG_BITS: int = int(np.float32(2.0 ** 58).view(np.int32))  # |x| <= 2^58: 1,024 
 # sum (t - g)^2 that underflow (< 2^-150 each) stay below 2^-36 of it
 TINY_BITS: int = int(np.float32(2.0 ** -40).view(np.int32))
 TINY_D_BITS: int = int(np.float32(2.0 ** -52).view(np.int32))
+TINY32 = np.float32(2.0 ** -40)  # a shift below this is taken as 0 (_shift32)
 
 # float32 block result slots (o32), beside the float64 accumulator layout of kernel.py
 B_AD, B_D2, B_G2, B_T2, B_DP, B_GC, B_TC, B_GC2, B_TC2, B_REL, B_C1, B_C5, B_ACC = range(13)
 B_SA, B_SD, B_BR, B_GT = 13, 14, 15, 16
-N_B = 17
+B_SB, B_SL = 17, 18  # sum b and sum a log(a/b) directly: a block whose A and B are far apart (_fold32)
+N_B = 19
 
 
 @nb.njit(inline="always", fastmath=True)
@@ -679,6 +682,8 @@ def kl_near32(g: Chunk, t: Chunk, gmin64: float, ginv64: float, tmin64: float, t
     o[B_SA] = sa
     o[B_SD] = sd
     o[B_BR] = br
+    o[B_SB] = sa - sd  # every ratio within sqrt2: B within sqrt2 of A, _fold32 takes the Bregman form
+    o[B_SL] = br + sd
     return int(far)
 
 
@@ -688,9 +693,10 @@ def kl_general32(g: Chunk, t: Chunk, gmin64: float, ginv64: float, tmin64: float
     """KL sums of any block: the near form of the Bregman term where a/b lies within [1/2, 2] (s = (a - b)/(a + b),
     |s| <= 1/3, 7-term series; no cancellation), elsewhere a log(a/b) - (a - b) with log(a/b) split as
     e ln2 + 2 atanh((ma - mb)/(ma + mb)) over the float32 exponent and mantissa (the term's rounding then at
-    most 4x its size's). Returns the elements beyond sqrt2 (the next block tries the near path when none)."""
+    most 4x its size's). Also sum b and sum a log(a/b) directly, for a block whose A and B are far apart
+    (_fold32). Returns the elements beyond sqrt2 (the next block tries the near path when none)."""
     gmin, ginv, tmin, tinv, c1, c2 = f32(gmin64), f32(ginv64), f32(tmin64), f32(tinv64), f32(c164), f32(c264)
-    sa = sd = br = Z
+    sa = sd = br = sb = sl = Z
     far = Z
     for i in range(g.size):
         a, b, dr, dx = _ab(g[i], t[i], gmin, ginv, tmin, tinv, c1, c2)
@@ -709,13 +715,18 @@ def kl_general32(g: Chunk, t: Chunk, gmin64: float, ginv64: float, tmin64: float
         z = s * s
         w = TWO * s * z * _q7(z)
         fe = f32(e)
+        lg = a * ((Z if near else fe * LN2) + TWO * s + w)  # a log(a/b)
         sa += a
+        sb += b
         sd += dx
-        br += (dx * s + a * w) if near else (a * (fe * LN2 + TWO * s + w) - dx)
+        sl += lg
+        br += (dx * s + a * w) if near else (lg - dx)
         far += Z if e == I0 else ONE
     o[B_SA] = sa
     o[B_SD] = sd
     o[B_BR] = br
+    o[B_SB] = sb
+    o[B_SL] = sl
     return int(far)
 
 
@@ -787,9 +798,13 @@ def _chunk32(g: Chunk, t: Chunk, p: F64, acc: F64, cnt: I64, o: F64, base: int, 
 @_jit
 def _shift32(k: float, first: np.float32) -> np.float32:
     """The pair's shift k rounded to float32 (the block's sums around it; the rounding moved back exactly in
-    float64 by _fold32), or the block's first element when k is not a finite float32."""
+    float64 by _fold32), or the block's first element when k is not a finite float32. A shift below 2^-40
+    is 0: (x - k)^2 of a block of zeros would underflow float32 (subnormal, or flushed by fastmath), while the
+    squares of x itself are guarded by TINY_BITS; the shift then moves back in float64 (k^2 holds there)."""
     k32 = np.float32(k)
-    return k32 if math.isfinite(k32) else first
+    if not math.isfinite(k32):
+        return first
+    return k32 if abs(k32) >= TINY32 else Z
 
 
 @_jit
@@ -814,10 +829,19 @@ def _fold32(o: F64, p: F64, acc: F64, n: int, kg: float, kt: float) -> None:
     acc[A_SUM_ACC] += o[B_ACC]
     sa = o[B_SA]
     sd = o[B_SD]
+    sb = o[B_SB]
     acc[A_KL_SA] += sa
-    acc[A_KL_SB] += sa - sd  # B = A - D exactly: the KL's log(B/A) and its S then cancel consistently
-    acc[A_KL_SD] += sd
-    acc[A_KL_SL] += o[B_BR] + sd  # sum a log(a/b) = Bregman sum + sum(a - b)
+    if sa + sa < sb or sb + sb < sa:
+        # A and B far apart: the float32 a - b of an element where b << a (or a << b) loses b (a), so B = A - D
+        # would miss them (B = 0 for constant sides -4 vs 3), and the Bregman terms (b - a where a << b) would
+        # cancel in S; here KL is not small, so B and S summed directly keep it to float32's rounding
+        acc[A_KL_SB] += sb
+        acc[A_KL_SD] += sa - sb
+        acc[A_KL_SL] += o[B_SL]
+    else:
+        acc[A_KL_SB] += sa - sd  # B = A - D exactly: the KL's log(B/A) and its S then cancel consistently
+        acc[A_KL_SD] += sd
+        acc[A_KL_SL] += o[B_BR] + sd  # sum a log(a/b) = Bregman sum + sum(a - b)
 
 
 @_jit_fast
