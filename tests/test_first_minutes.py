@@ -46,6 +46,13 @@ def test_readme_and_docs_name_no_machine_path():
         assert not re.search(r"/work/|/home/\w|/root/", doc.read_text(encoding="utf-8")), doc
 
 
+def test_readme_and_docs_stay_readable_sizes():
+    """A runaway edit (a replace of the empty string once wrote docs/compare.md as 91 MB) fails here, not in a
+    reader's browser: every page under 1 MB, the largest today ~150 KB."""
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        assert doc.stat().st_size < 1 << 20, doc
+
+
 def test_license_matches_pyproject():
     project = (ROOT / "pyproject.toml").read_text(encoding="utf-8")  # tomllib is 3.11+; the project takes 3.10
     text = (ROOT / "LICENSE").read_text(encoding="utf-8")
