@@ -28,7 +28,6 @@ from ..base.pair import Metrics
 from ..store.format import numpy_dtype
 from ..store.stats import content_hasher
 from . import kernel as K
-from . import names as M
 from .tensor import (
     F16,
     F32,
@@ -40,7 +39,6 @@ from .tensor import (
     constant_sides,
     finalize_table,
     kernel_dtype,
-    kl_of_constant_sides,
     na_metrics,
 )
 
@@ -180,8 +178,7 @@ def _fold_group(gold: Side, targ: Side, ks: list[int], g_data: list[np.ndarray |
     cnt[:, K.C_WORST_IDX] = -1
     K.fold_segments(g_all, t_all, offsets, params, acc, cnt, np.zeros(K.N_ACC, dtype=np.float64))
     numel = np.diff(offsets).tolist()
-    metrics, rows, cols = finalize_table(acc, cnt, numel, absmax, shifts)
-    _kl_of_constant(const, metrics, rows, cols)
+    metrics, rows, cols = finalize_table(acc, cnt, numel, absmax, shifts, const)
     out = table.metrics
     if every:
         out[:] = metrics
@@ -217,19 +214,6 @@ def _group_params(gold: Side, targ: Side, ks: list[int], g_all: np.ndarray, t_al
     params, absmax = _params(g_rngs, t_rngs)
     const = np.array([constant_sides(g[0], g[1], t[0], t[1]) for g, t in zip(g_rngs, t_rngs)], dtype=bool)
     return params, absmax, [(g[2], t[2]) for g, t in zip(g_rngs, t_rngs)], const
-
-
-def _kl_of_constant(const: np.ndarray, metrics: list[Metrics], rows: np.ndarray, cols: dict[str, np.ndarray]) -> None:
-    """KL 0 for the pairs whose sides are both constant (tensor.kl_of_constant_sides), in the dicts and in the
-    plain rows' KL column alike."""
-    if not const.any():
-        return
-    kl = cols.get(M.KL_DIV)
-    pos = {int(r): i for i, r in enumerate(rows.tolist())}
-    for j in np.flatnonzero(const).tolist():
-        kl_of_constant_sides(metrics[j])
-        if kl is not None and j in pos and not np.isnan(kl[pos[j]]):
-            kl[pos[j]] = 0.0
 
 
 def _params(g_rngs: list[Range], t_rngs: list[Range]) -> tuple[np.ndarray, list[float | None]]:

@@ -307,22 +307,12 @@ def pair_metrics(
     rg.finish()
     rt.finish()
     g_absmax = None if g_lo is None or g_hi is None else max(abs(g_lo), abs(g_hi))
-    m = finalize(acc, cnt, n, g_absmax, (g_shift, t_shift))
-    if constant_sides(g_lo, g_hi, t_lo, t_hi):
-        kl_of_constant_sides(m)
-    return m
+    return finalize(acc, cnt, n, g_absmax, (g_shift, t_shift), constant_sides(g_lo, g_hi, t_lo, t_hi))
 
 
 def constant_sides(g_lo: float | None, g_hi: float | None, t_lo: float | None, t_hi: float | None) -> bool:
     """Both sides constant over their finite elements (one-element tensors, masks, scalars)."""
     return g_lo is not None and g_lo == g_hi and t_lo is not None and t_lo == t_hi
-
-
-def kl_of_constant_sides(m: Metrics) -> None:
-    """KL of two constant sides is exactly 0 (p = q, both uniform), not the float32 kernel's a log(a/b)
-    term against finalize's float64 log(A/B), which leave about 6e-8 |log(t/g)| of either sign."""
-    if m.get(M.KL_DIV) is not None:
-        m[M.KL_DIV] = 0.0
 
 
 def tensor_metrics(golden: np.ndarray, target: np.ndarray, ws: Workspace | None = None) -> Metrics:
@@ -376,15 +366,21 @@ def _log_ratio(sa: float, sb: float, sd: float) -> float:
 
 
 def finalize(acc: np.ndarray | list[float], cnt: np.ndarray | list[int], numel: int, golden_absmax: float | None,
-             shifts: tuple[float, float] = (0.0, 0.0)) -> Metrics:
+             shifts: tuple[float, float] = (0.0, 0.0), constant: bool = False) -> Metrics:
     """Turn the kernel's accumulators (arrays, or their rows as Python lists) into the metrics dict
-    (docs/metrics.md)."""
+    (docs/metrics.md). `constant`: both sides constant over their finite elements (constant_sides), whose KL is
+    exactly 0 (p = q, both uniform), not the float32 kernel's a log(a/b) terms against the float64 log(A/B) here,
+    which leave about 6e-8 |log(t/g)| of either sign."""
     a: list[float] = acc.tolist() if isinstance(acc, np.ndarray) else acc
     c: list[int] = cnt.tolist() if isinstance(cnt, np.ndarray) else cnt
     n = c[K.C_FINITE]
     if n == numel and not c[K.C_MISMATCH] and a[K.A_SUM_G2] > 0.0 and a[K.A_SUM_T2] > 0.0:
-        return _finalize_plain(a, c, n, golden_absmax, shifts)
-    return finalize_full(a, c, numel, golden_absmax, shifts)
+        m = _finalize_plain(a, c, n, golden_absmax, shifts)
+    else:
+        m = finalize_full(a, c, numel, golden_absmax, shifts)
+    if constant and m[M.KL_DIV] is not None:
+        m[M.KL_DIV] = 0.0
+    return m
 
 
 def finalize_full(a: list[float], c: list[int], numel: int, golden_absmax: float | None,
@@ -505,10 +501,12 @@ Columns = dict[str, np.ndarray]  # metric field -> float64 column over a batch's
 
 
 def finalize_table(acc: np.ndarray, cnt: np.ndarray, numel: list[int], absmax: list[float | None],
-                   shifts: list[tuple[float, float]]) -> tuple[list[Metrics], np.ndarray, Columns]:
+                   shifts: list[tuple[float, float]], constant: np.ndarray | None = None
+                   ) -> tuple[list[Metrics], np.ndarray, Columns]:
     """finalize_rows' metrics, the rows that took the common ("plain") way, and those rows' numeric metrics
     as float64 columns (nan where a metric is N/A): what a verdict by columns reads (metrics/verdict.py,
-    Judge.passing), the same numbers as the dicts hold."""
+    Judge.passing), the same numbers as the dicts hold. `constant`: finalize's flag, one per row."""
+    const = [False] * len(numel) if constant is None else constant.tolist()
     n_all = np.asarray(numel, dtype=np.int64)
     finite, diff = cnt[:, K.C_FINITE], cnt[:, K.C_DIFF]
     g2, t2 = acc[:, K.A_SUM_G2], acc[:, K.A_SUM_T2]
@@ -525,17 +523,19 @@ def finalize_table(acc: np.ndarray, cnt: np.ndarray, numel: list[int], absmax: l
     if len(rows):
         rl = rows.tolist()
         dicts, cols = _plain_rows(acc[rows], cnt[rows], ng[rows], raw_cos[rows], diff[rows], n_all[rows],
-                                  [absmax[i] for i in rl], [shifts[i] for i in rl])
+                                  [absmax[i] for i in rl], [shifts[i] for i in rl], [const[i] for i in rl])
         for i, m in zip(rl, dicts):
             out[i] = m
     for i in np.flatnonzero(~plain).tolist():
-        out[i] = finalize(acc[i], cnt[i], numel[i], absmax[i], shifts[i])
+        out[i] = finalize(acc[i], cnt[i], numel[i], absmax[i], shifts[i], const[i])
     return out, rows, cols  # type: ignore[return-value]
 
 
 def _plain_rows(a: np.ndarray, c: np.ndarray, ng: np.ndarray, raw_cos: np.ndarray, diff: np.ndarray, n: np.ndarray,
-                absmax: list[float | None], shifts: list[tuple[float, float]]) -> tuple[list[Metrics], Columns]:
-    """_finalize_plain's metrics of rows that take it, column by column, and the numeric ones as columns."""
+                absmax: list[float | None], shifts: list[tuple[float, float]], constant: list[bool]
+                ) -> tuple[list[Metrics], Columns]:
+    """_finalize_plain's metrics of rows that take it, column by column, and the numeric ones as columns
+    (finalize's `constant`: KL 0)."""
     nf = n.astype(np.float64)
     cosine = np.where(diff == 0, 1.0, np.minimum(1.0, np.maximum(-1.0, raw_cos)))
     euc = np.sqrt(a[:, K.A_SUM_D2])
@@ -543,7 +543,7 @@ def _plain_rows(a: np.ndarray, c: np.ndarray, ng: np.ndarray, raw_cos: np.ndarra
     g_mc, t_mc = a[:, K.A_SUM_GC] / nf, a[:, K.A_SUM_TC] / nf
     g_std = np.sqrt(np.maximum(a[:, K.A_SUM_GC2] / nf - g_mc * g_mc, 0.0))
     t_std = np.sqrt(np.maximum(a[:, K.A_SUM_TC2] / nf - t_mc * t_mc, 0.0))
-    kl = _kl_rows(a)
+    kl = [0.0 if z and v is not None else v for v, z in zip(_kl_rows(a), constant)] if any(constant) else _kl_rows(a)
     max_ad = a[:, K.A_MAX_AD].tolist()
     if None in absmax:
         nmae = [(m / x) if x else None for m, x in zip(max_ad, absmax)]

@@ -22,7 +22,7 @@ from ..source import Dump, TensorSpan
 from .msprobe_checksum import mismatch
 from .msprobe_records import DUMP_JSON, TENSOR_DIR, read_part
 from .npy_files import read_header
-from .torch_pt import PickleMemo, read_pt
+from .torch_pt import PickleMemo, PtTensor, read_pt
 
 NAME = "msprobe"
 _STEP_RE = re.compile(r"^step(\d+)$")
@@ -126,9 +126,7 @@ class MsprobeDump(Dump):
             raise DumpError(f"{self.dir}: record {rec.name!r} has no tensor data (msprobe {self.meta.get('msprobe_task')} mode)")
         if rec.data["file"].endswith(".npy"):  # MindSpore's dumper writes numpy files (bfloat16 as float32)
             return self._npy(rec, self.dir / rec.data["file"])
-        pt = read_pt(self.dir / rec.data["file"], self._pickles)
-        if pt.dtype != rec.dtype or tuple(pt.shape) != tuple(rec.shape):
-            raise DumpError(f"{pt.path}: holds {pt.dtype}{list(pt.shape)} but dump.json says {rec.dtype}{list(rec.shape)}")
+        pt = self._pt(rec)
         if pt.contiguous:
             span = TensorSpan(path=pt.path, offset=pt.byte_offset, dtype=pt.dtype, shape=tuple(pt.shape))
             if rec.hash:
@@ -145,10 +143,16 @@ class MsprobeDump(Dump):
         data = rec.data
         if data is None or rec.hash or data["file"].endswith(".npy"):
             return None
-        pt = read_pt(self.dir / data["file"], self._pickles)
-        if pt.dtype != rec.dtype or pt.shape != tuple(rec.shape):
-            raise DumpError(f"{pt.path}: holds {pt.dtype}{list(pt.shape)} but dump.json says {rec.dtype}{list(rec.shape)}")
+        pt = self._pt(rec)
         return (pt.path, pt.byte_offset) if pt.contiguous else None
+
+    def _pt(self, rec: Record) -> PtTensor:
+        """The record's `.pt` file read (restricted unpickling, once per kind of data.pkl) and checked against
+        dump.json's dtype and shape: a file that disagrees is refused in one line."""
+        pt = read_pt(self.dir / rec.data["file"], self._pickles)  # type: ignore[index]
+        if pt.dtype != rec.dtype or tuple(pt.shape) != tuple(rec.shape):
+            raise DumpError(f"{pt.path}: holds {pt.dtype}{list(pt.shape)} but dump.json says {rec.dtype}{list(rec.shape)}")
+        return pt
 
     def _npy(self, rec: Record, path: Path) -> TensorSpan | np.ndarray:
         """A .npy tensor (header read, never unpickled); bfloat16 saved widened to float32 is narrowed back
